@@ -1,0 +1,72 @@
+"""Agent entry point: read one JSON request, answer one JSON envelope on stdout."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from gpupoolctl.agent import protocol
+from gpupoolctl.agent.protocol import AgentError
+
+
+def handle(request: Any) -> dict[str, Any]:
+    """Answer one request. Never raises: every failure becomes an error envelope."""
+    try:
+        request = protocol.check_request(request)
+        return protocol.ok(_dispatch(request))
+    except AgentError as exc:
+        return protocol.failure(exc.type_name, str(exc))
+    except Exception as exc:  # the workstation must get an envelope, not a traceback
+        return protocol.failure(type(exc).__name__, str(exc) or repr(exc))
+
+
+def _dispatch(request: dict[str, Any]) -> Any:
+    verb = request["verb"]
+    args = request.get("args") or {}
+    host = str(request.get("host") or "")
+    sim = request.get("sim")
+    if verb == "ping":
+        return {"pong": True}
+    if verb == "sim_reset":
+        if not sim:
+            raise AgentError("sim_reset is only for simulated nodes", "BadRequest")
+        from gpupoolctl.sim import SimState
+
+        SimState.reset(host, sim["template"], sim.get("state_dir"))
+        return {"reset": host, "template": sim["template"]}
+    if sim:
+        _activate_sim(host, sim)
+    if verb == "facts":
+        from gpupoolctl.agent import facts
+
+        return facts.collect(host, simulated=bool(sim), allow_cli=not sim)
+    raise AgentError(f"unknown verb {verb!r}", "BadRequest")
+
+
+def _activate_sim(host: str, sim: dict[str, Any]) -> None:
+    from gpupoolctl import sim as simulation
+
+    try:
+        state = simulation.SimState.open(host, str(sim["template"]), sim.get("state_dir"))
+    except KeyError as exc:
+        raise AgentError(str(exc.args[0]) if exc.args else str(exc), "SimError") from exc
+    simulation.activate(state)
+
+
+def main() -> int:
+    raw = sys.stdin.read()
+    try:
+        request = json.loads(raw)
+    except ValueError as exc:
+        response = protocol.failure("BadRequest", f"request is not JSON: {exc}")
+    else:
+        response = handle(request)
+    sys.stdout.write(json.dumps(response, separators=(",", ":")))
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,125 @@
+"""The shape of node facts, shared by the agent (which produces them) and the workstation.
+
+Facts travel as JSON, so the shapes are TypedDicts over plain dicts rather than classes.
+Memory is always MiB, bandwidth GB/s (10^9 bytes per second).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NotRequired, TypedDict
+
+Vendor = Literal["nvidia", "amd"]
+
+
+class ComputeInstance(TypedDict):
+    ci_id: int
+    profile: str  # e.g. "1c.3g.40gb" or "3g.40gb" for a full-GI CI
+    uuid: str | None  # "MIG-..." when the driver exposes it
+
+
+class GpuInstance(TypedDict):
+    gi_id: int
+    profile: str  # e.g. "3g.40gb"
+    profile_id: int  # the nvidia-smi profile id (info.id), not the NVML index
+    placement_start: int
+    placement_size: int
+    memory_mib: int
+    sm_count: int
+    compute_instances: list[ComputeInstance]
+
+
+class MigState(TypedDict):
+    capable: bool
+    mode: Literal["enabled", "disabled", "n/a"]
+    pending: NotRequired[Literal["enabled", "disabled"] | None]
+    instances: list[GpuInstance]
+
+
+class AmdPartition(TypedDict):
+    compute: str | None  # "SPX", "DPX", "QPX", "CPX"
+    memory: str | None  # "NPS1", "NPS2", "NPS4"
+    memory_caps: list[str]
+
+
+class SriovState(TypedDict):
+    total_vfs: int
+    num_vfs: int
+
+
+class Process(TypedDict):
+    pid: int
+    name: str | None
+    used_memory_mib: int | None
+    gpu_instance_id: int | None
+    compute_instance_id: int | None
+
+
+class Gpu(TypedDict):
+    index: int
+    vendor: Vendor
+    model: str
+    uuid: str
+    pci_bus_id: str  # "00000000:18:00.0"
+    pci_device_id: str  # "0x233010DE" (device << 16 | vendor), as mig-parted's device-filter
+    numa_node: int | None
+    memory_total_mib: int
+    memory_used_mib: int
+    bandwidth_gbps: float | None
+    bandwidth_class: str | None  # see bandwidth_class()
+    compute_units: int | None  # SMs (NVIDIA) or CUs (AMD)
+    compute_capability: str | None  # "9.0" (NVIDIA)
+    gfx_target: str | None  # "gfx942" (AMD)
+    utilization_pct: int | None
+    mig: MigState | None
+    partition: AmdPartition | None
+    sriov: SriovState | None
+    processes: list[Process]
+    driver: str  # which agent driver produced this entry
+
+
+class Topology(TypedDict):
+    gpus: list[str]  # uuids, the order of the matrix rows
+    matrix: list[list[str]]
+
+
+class NodeFacts(TypedDict):
+    host: str
+    hostname: str
+    agent_version: str
+    python: str
+    sim: bool
+    drivers: dict[str, str]  # vendor -> driver name
+    driver_versions: dict[str, str | None]
+    gpus: list[Gpu]
+    topology: Topology
+    warnings: list[str]
+
+
+# Bandwidth classes, by peak memory bandwidth. GDDR cards (L40S: 864 GB/s) are "standard",
+# HBM2e cards (A100 PCIe 40GB: 1555 GB/s) "high", HBM3/3e cards (H100 SXM: 3350, MI300X: 5300)
+# "ultra". A scheduler asks for a class, not a number.
+BANDWIDTH_CLASSES: tuple[tuple[str, float], ...] = (
+    ("standard", 0.0),
+    ("high", 1200.0),
+    ("ultra", 2500.0),
+)
+
+
+def bandwidth_class(gbps: float | None) -> str | None:
+    """Map peak memory bandwidth in GB/s to its class name."""
+    if gbps is None:
+        return None
+    name = BANDWIDTH_CLASSES[0][0]
+    for candidate, floor in BANDWIDTH_CLASSES:
+        if gbps >= floor:
+            name = candidate
+    return name
+
+
+# Link levels, best first, in nvidia-smi topo -m vocabulary. NV<n> and XGMI are direct links.
+LINK_LEVELS: tuple[str, ...] = ("X", "NV", "XGMI", "PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+def is_direct_link(level: str) -> bool:
+    """True for a GPU-to-GPU fabric link (NVLink or xGMI), the basis of an island."""
+    return level.startswith("NV") or level == "XGMI"

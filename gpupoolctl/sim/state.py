@@ -1,0 +1,144 @@
+"""The JSON state file behind one simulated node.
+
+Layout: {"version": 1, "host": str, "template": str, "nvidia": {...}?, "amd": {...}?}
+Each vendor section belongs to its fake module (gpupoolctl.sim.pynvml / gpupoolctl.sim.amdsmi).
+Writes are atomic (temp file, fsync, rename) under an exclusive flock on a side lock file, so
+two agents acting on the same simulated node never interleave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+STATE_VERSION = 1
+
+
+def default_state_dir() -> Path:
+    """$GPUPOOL_SIM_DIR, else $XDG_STATE_HOME/gpupoolctl/sim, else ~/.local/state/..."""
+    explicit = os.environ.get("GPUPOOL_SIM_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(base) / "gpupoolctl" / "sim"
+
+
+def _safe_file_name(host: str) -> str:
+    # Host names come from inventories: keep them from escaping the state folder.
+    cleaned = "".join(c if c.isalnum() or c in "-_." else "_" for c in host)
+    return cleaned.lstrip(".") or "_"
+
+
+class SimState:
+    """One node's simulated hardware, loaded from and saved to its state file."""
+
+    def __init__(self, path: Path, data: dict[str, Any]) -> None:
+        self.path = path
+        self.data = data
+
+    @property
+    def host(self) -> str:
+        return str(self.data.get("host", ""))
+
+    @property
+    def template(self) -> str:
+        return str(self.data.get("template", ""))
+
+    def section(self, vendor: str) -> dict[str, Any] | None:
+        value = self.data.get(vendor)
+        return value if isinstance(value, dict) else None
+
+    @classmethod
+    def path_for(cls, host: str, state_dir: str | os.PathLike[str] | None = None) -> Path:
+        folder = Path(state_dir) if state_dir else default_state_dir()
+        return folder / f"{_safe_file_name(host)}.json"
+
+    @classmethod
+    def load(cls, path: Path) -> SimState:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+            raise ValueError(f"{path}: not a gpupoolctl sim state file (version {STATE_VERSION})")
+        return cls(path, data)
+
+    @classmethod
+    def open(
+        cls, host: str, template: str, state_dir: str | os.PathLike[str] | None = None
+    ) -> SimState:
+        """Load the node's state, creating it from its template on first use."""
+        path = cls.path_for(host, state_dir)
+        with _locked(path):
+            if path.exists():
+                state = cls.load(path)
+                if state.template == template:
+                    return state
+            state = cls(path, build_initial(host, template))
+            state._write()
+            return state
+
+    @classmethod
+    def reset(
+        cls, host: str, template: str, state_dir: str | os.PathLike[str] | None = None
+    ) -> SimState:
+        """Replace the node's state with its template's initial state."""
+        path = cls.path_for(host, state_dir)
+        with _locked(path):
+            state = cls(path, build_initial(host, template))
+            state._write()
+            return state
+
+    @contextlib.contextmanager
+    def mutate(self) -> Iterator[dict[str, Any]]:
+        """Reload under the lock, let the caller change the data, then save atomically."""
+        with _locked(self.path):
+            if self.path.exists():
+                self.data = SimState.load(self.path).data
+            yield self.data
+            self._write()
+
+    def refresh(self) -> None:
+        if self.path.exists():
+            self.data = SimState.load(self.path).data
+
+    def _write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(self.data, handle, indent=1, sort_keys=True)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock_path = path.with_name(path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def build_initial(host: str, template: str) -> dict[str, Any]:
+    from gpupoolctl.sim.templates import build
+
+    data: dict[str, Any] = {"version": STATE_VERSION, "host": host, "template": template}
+    data.update(build(template, host))
+    return data
