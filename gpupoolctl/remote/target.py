@@ -1,0 +1,86 @@
+"""Where and how to reach one inventory host, resolved from its merged variables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpupoolctl.errors import UsageError
+
+# Ansible's behavioural variables win over our short names when both are set, as the
+# longer name is the more deliberate one.
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "address": ("ansible_host", "host"),
+    "port": ("ansible_port", "port"),
+    "user": ("ansible_user", "user"),
+    "identity_file": ("ansible_ssh_private_key_file", "identity_file"),
+    "python": ("ansible_python_interpreter", "python"),
+    "transport": ("ansible_connection", "transport"),
+}
+
+TRANSPORTS = ("ssh", "local")
+
+
+@dataclass(frozen=True)
+class SimSpec:
+    template: str
+    state_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # the inventory alias: what patterns match and what output shows
+    address: str | None  # None: let ~/.ssh/config resolve the alias (HostName)
+    port: int | None
+    user: str | None
+    identity_file: str | None
+    python: str
+    transport: str
+    sim: SimSpec | None
+
+
+def _first(variables: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        if variables.get(key) is not None:
+            return variables[key]
+    return None
+
+
+def target_from_vars(name: str, variables: dict[str, Any]) -> Target:
+    """Build a Target from a host's merged inventory variables."""
+    port = _first(variables, _ALIASES["port"])
+    if port is not None:
+        try:
+            port = int(port)
+        except (TypeError, ValueError):
+            raise UsageError(f"host {name}: port must be a number, got {port!r}") from None
+        if not 0 < port < 65536:
+            raise UsageError(f"host {name}: port {port} is out of range 1-65535")
+    transport = str(_first(variables, _ALIASES["transport"]) or "ssh")
+    if transport == "paramiko":  # Ansible's name for the same thing
+        transport = "ssh"
+    if transport not in TRANSPORTS:
+        raise UsageError(
+            f"host {name}: transport {transport!r} is not one of {', '.join(TRANSPORTS)}"
+        )
+    sim_value = variables.get("sim")
+    sim: SimSpec | None = None
+    if isinstance(sim_value, str) and sim_value:
+        sim = SimSpec(template=sim_value, state_dir=variables.get("sim_state_dir"))
+    elif isinstance(sim_value, dict) and sim_value.get("template"):
+        sim = SimSpec(template=str(sim_value["template"]), state_dir=sim_value.get("state_dir"))
+    elif sim_value not in (None, False, ""):
+        raise UsageError(f"host {name}: sim must be a template name, got {sim_value!r}")
+    address = _first(variables, _ALIASES["address"])
+    identity = _first(variables, _ALIASES["identity_file"])
+    user = _first(variables, _ALIASES["user"])
+    return Target(
+        name=name,
+        address=str(address) if address is not None else None,
+        port=port,
+        user=str(user) if user is not None else None,
+        identity_file=str(identity) if identity is not None else None,
+        python=str(_first(variables, _ALIASES["python"]) or "python3"),
+        transport=transport,
+        sim=sim,
+    )
