@@ -1,0 +1,149 @@
+"""Turn per-host agent results into the inventory document and per-GPU rows."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from gpupoolctl.cli.render import Column
+
+if TYPE_CHECKING:
+    from gpupoolctl.remote.results import HostResult
+
+GPU_COLUMNS: tuple[Column, ...] = (
+    Column("host", "HOST"),
+    Column("gpu", "GPU", "right"),
+    Column("vendor", "VENDOR"),
+    Column("model", "MODEL"),
+    Column("memory", "MEMORY GiB", "right"),
+    Column("bandwidth", "BANDWIDTH"),
+    Column("compute_units", "SM/CU", "right"),
+    Column("partition", "PARTITION"),
+    Column("processes", "PROCS", "right"),
+    Column("uuid", "UUID"),
+)
+
+GPU_CSV_COLUMNS: tuple[Column, ...] = tuple(
+    Column(key, key)
+    for key in (
+        "host",
+        "gpu",
+        "vendor",
+        "model",
+        "uuid",
+        "pci_bus_id",
+        "pci_device_id",
+        "numa_node",
+        "memory_total_mib",
+        "memory_used_mib",
+        "bandwidth_gbps",
+        "bandwidth_class",
+        "compute_units",
+        "compute_capability",
+        "gfx_target",
+        "partition",
+        "processes",
+    )
+)
+
+OUTCOMES = ("ok", "failed", "unreachable", "timed-out")
+
+
+def document(source: str, results: list[HostResult]) -> dict[str, Any]:
+    """The machine-readable inventory: every host with its outcome, and facts when ok."""
+    counts = Counter(result.outcome for result in results)
+    return {
+        "inventory": source,
+        "summary": {outcome: counts.get(outcome, 0) for outcome in OUTCOMES},
+        "hosts": [
+            {
+                "name": result.name,
+                "outcome": result.outcome,
+                "elapsed_s": round(result.elapsed, 3),
+                "error": result.error,
+                "facts": result.data if result.outcome == "ok" else None,
+            }
+            for result in results
+        ],
+    }
+
+
+def gpu_rows(results: list[HostResult]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for result in results:
+        if result.outcome != "ok":
+            continue
+        for gpu in result.data.get("gpus", []):
+            rows.append(
+                {
+                    "host": result.name,
+                    "gpu": gpu["index"],
+                    "vendor": gpu["vendor"],
+                    "model": gpu["model"],
+                    "memory": memory_text(gpu),
+                    "bandwidth": bandwidth_text(gpu),
+                    "compute_units": gpu.get("compute_units"),
+                    "partition": partition_text(gpu),
+                    "processes": len(gpu.get("processes") or []),
+                    "uuid": gpu["uuid"],
+                    **{
+                        key: gpu.get(key)
+                        for key in (
+                            "pci_bus_id",
+                            "pci_device_id",
+                            "numa_node",
+                            "memory_total_mib",
+                            "memory_used_mib",
+                            "bandwidth_gbps",
+                            "bandwidth_class",
+                            "compute_capability",
+                            "gfx_target",
+                        )
+                    },
+                }
+            )
+    return rows
+
+
+def node_warnings(results: list[HostResult]) -> list[tuple[str, str]]:
+    return [
+        (result.name, message)
+        for result in results
+        if result.outcome == "ok"
+        for message in result.data.get("warnings", [])
+    ]
+
+
+def memory_text(gpu: dict[str, Any]) -> str:
+    total = gpu.get("memory_total_mib") or 0
+    used = gpu.get("memory_used_mib") or 0
+    return f"{used / 1024:.1f}/{total / 1024:.1f}"
+
+
+def bandwidth_text(gpu: dict[str, Any]) -> str | None:
+    gbps = gpu.get("bandwidth_gbps")
+    if gbps is None:
+        return gpu.get("bandwidth_class")
+    return f"{gpu.get('bandwidth_class')} ({gbps:.0f} GB/s)"
+
+
+def partition_text(gpu: dict[str, Any]) -> str | None:
+    """One short phrase for the card's slicing: MIG instances, AMD modes, SR-IOV VFs."""
+    parts: list[str] = []
+    mig = gpu.get("mig")
+    if mig and mig.get("capable"):
+        if mig.get("mode") == "enabled":
+            profiles = Counter(instance["profile"] for instance in mig.get("instances", []))
+            layout = " ".join(f"{n}x{name}" for name, n in sorted(profiles.items()))
+            parts.append(f"MIG {layout}" if layout else "MIG (no instances)")
+        else:
+            parts.append("MIG off")
+        if mig.get("pending") and mig.get("pending") != mig.get("mode"):
+            parts.append(f"(pending {mig['pending']})")
+    amd = gpu.get("partition")
+    if amd and (amd.get("compute") or amd.get("memory")):
+        parts.append("/".join(p for p in (amd.get("compute"), amd.get("memory")) if p))
+    sriov = gpu.get("sriov")
+    if sriov and sriov.get("num_vfs"):
+        parts.append(f"{sriov['num_vfs']} VFs")
+    return " ".join(parts) or None

@@ -1,0 +1,119 @@
+"""`gpupoolctl inventory`: hardware facts from every selected node; `inventory hosts`: the
+selected hosts and their variables, without connecting."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from gpupoolctl.cli import facts_view, pool
+from gpupoolctl.cli.console import warn
+from gpupoolctl.cli.render import Column, emit, table
+from gpupoolctl.cli.settings import OutputFormat, Settings
+from gpupoolctl.errors import ExitCode
+
+app = typer.Typer(
+    help="Hardware inventory of the selected nodes (GPUs, memory, partitions, topology).",
+    no_args_is_help=False,
+)
+
+_SECRET_MARKERS = ("password", "passphrase", "secret", "token")
+
+
+@app.callback(invoke_without_command=True)
+def inventory(
+    ctx: typer.Context,
+    topology: Annotated[
+        bool, typer.Option("--topology", "-t", help="Also show each node's GPU link matrix.")
+    ] = False,
+) -> None:
+    """Take inventory: one SSH connection and one remote exec per node, in parallel.
+
+    Prints one row per GPU. Nodes that could not be read are listed with the reason, and the
+    exit code is then 3.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    settings: Settings = ctx.obj
+    selection = pool.select(settings)
+    results = pool.fan_out(settings, selection.targets(), {"v": 1, "verb": "facts", "args": {}})
+    document = facts_view.document(str(selection.inventory.source), results)
+    rows = facts_view.gpu_rows(results)
+    emit(
+        settings,
+        data=document,
+        rows=rows,
+        columns=facts_view.GPU_COLUMNS,
+        csv_columns=facts_view.GPU_CSV_COLUMNS,
+    )
+    if settings.resolved_output() is OutputFormat.table:
+        if topology:
+            for result in results:
+                if result.outcome == "ok":
+                    _print_topology(settings, result.name, result.data)
+        for result in results:
+            if result.outcome != "ok":
+                warn(f"{result.name}: {result.outcome}: {result.error}")
+        for name, message in facts_view.node_warnings(results):
+            warn(f"{name}: {message}")
+    if any(result.outcome != "ok" for result in results):
+        raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+def _print_topology(settings: Settings, name: str, facts: dict[str, Any]) -> None:
+    matrix = facts["topology"]["matrix"]
+    if not matrix:
+        return
+    columns = [Column("gpu", "")] + [Column(f"g{i}", f"GPU{i}") for i in range(len(matrix))]
+    rows: list[dict[str, Any]] = []
+    for i, line in enumerate(matrix):
+        row: dict[str, Any] = {"gpu": f"GPU{i}"}
+        row.update({f"g{j}": level for j, level in enumerate(line)})
+        rows.append(row)
+    table(settings, rows, columns, title=f"{name} links")
+
+
+@app.command("hosts")
+def hosts(ctx: typer.Context) -> None:
+    """List the selected hosts, their groups and merged variables, without connecting."""
+    settings: Settings = ctx.obj
+    selection = pool.select(settings)
+    targets = selection.targets()
+    data = {
+        "inventory": str(selection.inventory.source),
+        "hosts": [
+            {
+                "name": host.name,
+                "groups": host.groups,
+                "address": target.address or host.name,
+                "port": target.port,
+                "user": target.user,
+                "transport": target.transport,
+                "sim": target.sim.template if target.sim else None,
+                "vars": _masked(host.vars),
+            }
+            for host, target in zip(selection.hosts, targets, strict=True)
+        ],
+    }
+    columns = [
+        Column("name", "HOST"),
+        Column("address", "ADDRESS"),
+        Column("transport", "TRANSPORT"),
+        Column("sim", "SIM"),
+        Column("groups", "GROUPS"),
+    ]
+    rows = [
+        dict(entry, groups=[g for g in entry["groups"] if g != "all"]) for entry in data["hosts"]
+    ]
+    if settings.verbosity > 0:
+        columns.append(Column("vars", "VARS"))
+    emit(settings, data=data, rows=rows, columns=columns)
+
+
+def _masked(variables: dict[str, Any]) -> dict[str, Any]:
+    """Hide values that look like secrets: output often ends up in CI logs."""
+    return {
+        key: ("***" if any(m in key.lower() for m in _SECRET_MARKERS) else value)
+        for key, value in variables.items()
+    }

@@ -1,0 +1,127 @@
+"""The root `gpupoolctl` command: global options, sub-command groups, error -> exit code."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpupoolctl import __version__
+from gpupoolctl.cli import inventory_cmd, sim_cmd
+from gpupoolctl.cli.console import error
+from gpupoolctl.cli.settings import OutputFormat, Settings
+from gpupoolctl.errors import GpupoolError
+
+app = typer.Typer(
+    name="gpupoolctl",
+    help=(
+        "Pool a mixed NVIDIA/AMD GPU fleet from this workstation over SSH.\n\n"
+        "Without -i/GPUPOOL_INVENTORY every command works on the bundled simulated pool.\n\n"
+        "Exit codes: 0 ok, 1 error, 2 usage, 3 some hosts failed or were unreachable, "
+        "4 a check did not hold, 5 nothing fits."
+    ),
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(inventory_cmd.app, name="inventory")
+app.add_typer(sim_cmd.app, name="sim")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpupoolctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    inventory: Annotated[
+        Path | None,
+        typer.Option(
+            "-i",
+            "--inventory",
+            envvar="GPUPOOL_INVENTORY",
+            help="Ansible-style inventory (YAML or INI). Default: the bundled simulated pool.",
+        ),
+    ] = None,
+    limit: Annotated[
+        str | None,
+        typer.Option(
+            "-l",
+            "--limit",
+            help="Hosts to act on: Ansible patterns (a:b, a:&b, a:!b, ~regex, @file) "
+            "or ClusterShell node sets (gpu[01-04,07]).",
+        ),
+    ] = None,
+    forks: Annotated[
+        int, typer.Option("-f", "--forks", min=1, max=4096, help="Hosts contacted at once.")
+    ] = 32,
+    output: Annotated[
+        OutputFormat,
+        typer.Option(
+            "-o",
+            "--output",
+            help="auto: a table (rich on a terminal); json, yaml or csv for scripts.",
+        ),
+    ] = OutputFormat.auto,
+    ledger: Annotated[
+        Path | None,
+        typer.Option("--ledger", envvar="GPUPOOL_LEDGER", help="Allocation ledger file."),
+    ] = None,
+    verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="More detail.")] = 0,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only results and errors.")] = False,
+    accept_new_host_keys: Annotated[
+        bool,
+        typer.Option(
+            "--accept-new-host-keys",
+            help="Record host keys of hosts not yet in known_hosts (never changed ones), "
+            "like OpenSSH's StrictHostKeyChecking=accept-new.",
+        ),
+    ] = False,
+    connect_timeout: Annotated[
+        float, typer.Option("--connect-timeout", min=0.1, help="Seconds to connect and log in.")
+    ] = 10.0,
+    command_timeout: Annotated[
+        float,
+        typer.Option("--command-timeout", min=0.1, help="Seconds for the remote work per host."),
+    ] = 120.0,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    ctx.obj = Settings(
+        inventory=inventory,
+        limit=limit,
+        forks=forks,
+        output=output,
+        ledger=ledger,
+        verbosity=-1 if quiet else verbose,
+        accept_new_host_keys=accept_new_host_keys,
+        connect_timeout=connect_timeout,
+        command_timeout=command_timeout,
+    )
+
+
+def run() -> None:
+    """Console-script entry point: library errors become one line and an exit code.
+
+    Typer's standalone mode already turns usage errors into exit 2 and Ctrl-C into "Aborted!";
+    what reaches us here is the library's typed errors, which must never print a traceback.
+    """
+    try:
+        app()
+    except GpupoolError as exc:
+        error(str(exc))
+        sys.exit(int(exc.exit_code))
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,76 @@
+"""From global options to the hosts a command acts on, and the fan-out that reaches them."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpupoolctl.cli.console import notice, warn
+from gpupoolctl.cli.settings import Settings
+from gpupoolctl.errors import UsageError
+from gpupoolctl.remote.target import Target, target_from_vars
+
+if TYPE_CHECKING:
+    from gpupoolctl.inventory import Host, Inventory
+    from gpupoolctl.remote.results import HostResult
+
+
+def bundled_inventory_path() -> Path:
+    """The bundled simulated pool, shipped as package data."""
+    return Path(str(resources.files("gpupoolctl.data").joinpath("sim.yaml")))
+
+
+def load(settings: Settings) -> Inventory:
+    from gpupoolctl.inventory import load_inventory
+
+    path = settings.inventory
+    if path is None:
+        path = bundled_inventory_path()
+        notice(
+            "no inventory given (-i or GPUPOOL_INVENTORY): using the bundled simulated pool",
+            quiet=settings.quiet,
+        )
+    elif not path.exists():
+        raise UsageError(f"inventory {path} does not exist")
+    return load_inventory(path)
+
+
+@dataclass
+class Selection:
+    inventory: Inventory
+    hosts: list[Host]
+
+    def targets(self) -> list[Target]:
+        return [target_from_vars(host.name, host.vars) for host in self.hosts]
+
+
+def select(settings: Settings) -> Selection:
+    inventory = load(settings)
+    chosen = inventory.select(settings.limit, cwd=Path(os.getcwd()))
+    for pattern in getattr(chosen, "unmatched", []) or []:
+        warn(f"could not match host pattern, ignoring: {pattern}")
+    hosts = list(chosen)
+    if not hosts:
+        where = f" for --limit {settings.limit!r}" if settings.limit else ""
+        raise UsageError(f"no hosts matched in {inventory.source}{where}")
+    return Selection(inventory=inventory, hosts=hosts)
+
+
+def fan_out(settings: Settings, targets: list[Target], request: dict[str, Any]) -> list[HostResult]:
+    """Send one agent request to every target, drawing progress on stderr when useful."""
+    from gpupoolctl.cli.progress import host_progress
+    from gpupoolctl.remote.fanout import Timeouts, run_agent
+
+    timeouts = Timeouts(connect=settings.connect_timeout, command=settings.command_timeout)
+    with host_progress(len(targets), enabled=not settings.quiet) as advance:
+        return run_agent(
+            targets,
+            request,
+            forks=settings.forks,
+            timeouts=timeouts,
+            accept_new=settings.accept_new_host_keys,
+            on_progress=advance,
+        )

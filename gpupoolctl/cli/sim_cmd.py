@@ -1,0 +1,63 @@
+"""`gpupoolctl sim`: manage the simulated nodes (hosts whose vars say `sim: <template>`)."""
+
+from __future__ import annotations
+
+import typer
+
+from gpupoolctl.cli import pool
+from gpupoolctl.cli.console import warn
+from gpupoolctl.cli.render import Column, emit
+from gpupoolctl.cli.settings import Settings
+from gpupoolctl.errors import ExitCode, UsageError
+
+app = typer.Typer(help="Simulated hardware: reset nodes, list templates.", no_args_is_help=True)
+
+
+@app.command("reset")
+def reset(ctx: typer.Context) -> None:
+    """Put every selected simulated node back to its template's initial state.
+
+    Works over SSH too: the node's own agent rewrites its state file.
+    """
+    settings: Settings = ctx.obj
+    selection = pool.select(settings)
+    targets = [t for t in selection.targets() if t.sim is not None]
+    skipped = len(selection.hosts) - len(targets)
+    if skipped:
+        warn(f"{skipped} selected host(s) are real hardware and were left alone")
+    if not targets:
+        raise UsageError("none of the selected hosts is simulated (no `sim:` var)")
+    results = pool.fan_out(settings, targets, {"v": 1, "verb": "sim_reset", "args": {}})
+    rows = [
+        {
+            "host": r.name,
+            "template": r.data.get("template") if r.outcome == "ok" else None,
+            "outcome": r.outcome,
+            "error": r.error,
+        }
+        for r in results
+    ]
+    columns = [
+        Column("host", "HOST"),
+        Column("template", "TEMPLATE"),
+        Column("outcome", "OUTCOME"),
+        Column("error", "ERROR"),
+    ]
+    emit(settings, data={"hosts": rows}, rows=rows, columns=columns)
+    if any(r.outcome != "ok" for r in results):
+        raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+@app.command("templates")
+def templates(ctx: typer.Context) -> None:
+    """List the node templates a host's `sim:` var can name."""
+    from gpupoolctl.sim import templates as registry
+
+    settings: Settings = ctx.obj
+    rows = [{"template": name} for name in registry.names()]
+    emit(
+        settings,
+        data={"templates": registry.names()},
+        rows=rows,
+        columns=[Column("template", "TEMPLATE")],
+    )
