@@ -71,6 +71,16 @@ class LatencyProxy:
         client_writer: asyncio.StreamWriter,
         backend: Address,
     ) -> None:
+        # Cancelled at shutdown: end quietly (asyncio logs exceptions of handler tasks).
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._connect_and_pipe(client_reader, client_writer, backend)
+
+    async def _connect_and_pipe(
+        self,
+        client_reader: asyncio.StreamReader,
+        client_writer: asyncio.StreamWriter,
+        backend: Address,
+    ) -> None:
         self.connections += 1
         # The TCP handshake to the far site also costs a round trip.
         await asyncio.sleep(2 * self.delay)
