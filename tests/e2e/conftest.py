@@ -1,0 +1,48 @@
+"""Run the real `gpupoolctl` command line in a subprocess, isolated in a temporary HOME."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@dataclass
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+@pytest.fixture
+def cli(tmp_path: Path):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "XDG_", "NO_COLOR"))
+    }
+    env.update({"HOME": str(home), "GPUPOOL_SIM_DIR": str(tmp_path / "sim"), "COLUMNS": "200"})
+
+    def run(*args: str, extra_env: dict[str, str] | None = None, timeout: float = 120) -> Run:
+        proc = subprocess.run(
+            [sys.executable, "-m", "gpupoolctl.cli.main", *args],
+            capture_output=True,
+            text=True,
+            env={**env, **(extra_env or {})},
+            timeout=timeout,
+            cwd=tmp_path,
+        )
+        return Run(proc.returncode, proc.stdout, proc.stderr)
+
+    run.sim_dir = tmp_path / "sim"  # type: ignore[attr-defined]
+    run.cwd = tmp_path  # type: ignore[attr-defined]
+    return run
