@@ -13,10 +13,8 @@ from gpupoolctl.cli.render import Column, emit, table
 from gpupoolctl.cli.settings import OutputFormat, Settings
 from gpupoolctl.errors import ExitCode
 
-app = typer.Typer(
-    help="Hardware inventory of the selected nodes (GPUs, memory, partitions, topology).",
-    no_args_is_help=False,
-)
+# The group's help is the callback's docstring, so `inventory --help` explains the fan-out.
+app = typer.Typer(no_args_is_help=False)
 
 _SECRET_MARKERS = ("password", "passphrase", "secret", "token")
 
@@ -28,7 +26,9 @@ def inventory(
         bool, typer.Option("--topology", "-t", help="Also show each node's GPU link matrix.")
     ] = False,
 ) -> None:
-    """Take inventory: one SSH connection and one remote exec per node, in parallel.
+    """Hardware inventory of the selected nodes: GPUs, memory, partitions, processes, links.
+
+    One SSH connection and one remote exec per node, --forks nodes at a time.
 
     Prints one row per GPU. Nodes that could not be read are listed with the reason, and the
     exit code is then 3.

@@ -1,0 +1,1 @@
+complete --command gpupoolctl --no-files --arguments "(env _GPUPOOLCTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) gpupoolctl)" --condition "env _GPUPOOLCTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) gpupoolctl"
