@@ -54,8 +54,10 @@ def _activate_sim(host: str, sim: dict[str, Any]) -> None:
     simulation.activate(state)
 
 
-def main() -> int:
-    raw = sys.stdin.read()
+def main(raw: str | None = None) -> int:
+    """Answer one request: `raw` when the bootstrap already read it from stdin, else stdin."""
+    if raw is None:
+        raw = sys.stdin.read()
     try:
         request = json.loads(raw)
     except ValueError as exc:

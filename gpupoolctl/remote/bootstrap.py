@@ -1,0 +1,112 @@
+"""The bootstrap: a small program run as `python3 -c <code>` that unpacks the agent from stdin.
+
+stdin carries, in one stream (no extra round trip):
+    b"GPUPOOL1 <zip length> <zip sha256>\\n" + zip bytes + JSON request (to EOF)
+
+The bootstrap checks the hash, keeps one copy of the zip per hash in a per-user cache
+(`$XDG_CACHE_HOME/gpupoolctl` or `~/.cache/gpupoolctl`, else `$TMPDIR/gpupoolctl-<uid>`,
+else a private temp dir removed on exit), puts it first on sys.path and hands the request to
+gpupoolctl.agent.main. Its own failures go to stderr prefixed "gpupoolctl-bootstrap:".
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from gpupoolctl.remote.payload import Payload
+
+MAGIC = "GPUPOOL1"
+MIN_PYTHON = (3, 8)
+ERROR_PREFIX = "gpupoolctl-bootstrap:"
+
+# Kept free of single quotes so shlex.quote wraps it in one pair of quotes, and free of
+# f-strings so an old interpreter reaches the version check and says why it stops.
+BOOTSTRAP = """\
+import sys
+def _fail(m):
+    sys.stderr.write("gpupoolctl-bootstrap: %s\\n" % m)
+    sys.exit(3)
+if sys.version_info < (3, 8):
+    _fail("python %s is too old, the agent needs 3.8 or newer" % sys.version.split()[0])
+import hashlib, os, stat, tempfile
+i = sys.stdin.buffer
+h = i.readline().split()
+if len(h) != 3 or h[0] != b"GPUPOOL1":
+    _fail("bad header on stdin")
+n = int(h[1])
+d = h[2].decode("ascii")
+z = i.read(n)
+if len(z) != n:
+    _fail("payload truncated: %d of %d bytes" % (len(z), n))
+if hashlib.sha256(z).hexdigest() != d:
+    _fail("payload hash mismatch")
+q = i.read().decode("utf-8")
+def _store(b):
+    os.makedirs(b, 0o700, exist_ok=True)
+    s = os.lstat(b)
+    if not stat.S_ISDIR(s.st_mode) or s.st_uid != os.getuid() or s.st_mode & 0o022:
+        raise OSError("unsafe cache folder " + b)
+    p = os.path.join(b, "agent-" + d + ".zip")
+    try:
+        with open(p, "rb") as f:
+            if hashlib.sha256(f.read()).hexdigest() == d:
+                return p
+    except OSError:
+        pass
+    fd, t = tempfile.mkstemp(prefix=".agent-", dir=b)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(z)
+        os.chmod(t, 0o600)
+        os.replace(t, p)
+    except BaseException:
+        os.unlink(t)
+        raise
+    return p
+def _path():
+    c = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    for b in (os.path.join(c, "gpupoolctl"),
+              os.path.join(tempfile.gettempdir(), "gpupoolctl-%d" % os.getuid())):
+        try:
+            return _store(b)
+        except OSError:
+            pass
+    import atexit, shutil
+    b = tempfile.mkdtemp(prefix="gpupoolctl-")
+    atexit.register(shutil.rmtree, b, True)
+    return _store(b)
+sys.path.insert(0, _path())
+from gpupoolctl.agent.main import main
+sys.exit(main(q))
+"""
+
+
+def interpreter_argv(python: str) -> list[str]:
+    """argv for running the bootstrap without a shell (the local transport)."""
+    return [python, "-c", BOOTSTRAP]
+
+
+def remote_command(python: str) -> str:
+    """The one shell command line sent over SSH. `exec` spares a shell process; every word
+    is quoted, so an inventory's python value is data, never code."""
+    return f"exec {shlex.quote(python)} -c {shlex.quote(BOOTSTRAP)}"
+
+
+def encode_stdin(payload: Payload, request: dict[str, Any]) -> bytes:
+    header = f"{MAGIC} {payload.size} {payload.sha256}\n".encode("ascii")
+    body = json.dumps(request, separators=(",", ":")).encode("utf-8")
+    return header + payload.data + body
+
+
+def missing_interpreter_message(python: str) -> str:
+    if python == "python3":
+        return (
+            "no python3 on the node (not found in the login PATH); set the `python` host var "
+            "to its interpreter, e.g. python: /usr/bin/python3"
+        )
+    return (
+        f"no python interpreter at {python!r} on the node; set the `python` host var "
+        "to its interpreter"
+    )

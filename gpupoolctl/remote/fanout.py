@@ -1,0 +1,125 @@
+"""Fan-out: send one agent request to many targets, bounded by --forks, one result each.
+
+Every host ends as ok / failed / unreachable / timed-out with its reason; a per-host problem
+never raises and never stops the other hosts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import TYPE_CHECKING, Any
+
+from gpupoolctl.agent.protocol import PROTOCOL_VERSION
+from gpupoolctl.errors import UsageError
+from gpupoolctl.remote.bootstrap import encode_stdin
+from gpupoolctl.remote.local import local_python, run_local
+from gpupoolctl.remote.payload import Payload, agent_payload
+from gpupoolctl.remote.results import FAILED, HostFailure, HostResult, classify_exec
+from gpupoolctl.remote.target import Target
+from gpupoolctl.remote.timeouts import Timeouts
+
+if TYPE_CHECKING:
+    from gpupoolctl.remote.ssh import SshContext
+
+DEFAULT_FORKS = 32  # pdsh's default fan-out
+
+ProgressCallback = Callable[[HostResult], None]
+
+
+def host_request(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
+    """The request as one target sees it: its inventory name, and its sim spec if simulated."""
+    sim = None
+    if target.sim is not None:
+        sim = {"template": target.sim.template, "state_dir": target.sim.state_dir}
+    return {"v": PROTOCOL_VERSION, **request, "host": target.name, "sim": sim}
+
+
+def run_agent(
+    targets: Sequence[Target],
+    request: Mapping[str, Any],
+    *,
+    forks: int = DEFAULT_FORKS,
+    timeouts: Timeouts | None = None,
+    accept_new: bool = False,
+    known_hosts: str | os.PathLike[str] | None = None,
+    ssh_config: str | os.PathLike[str] | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> list[HostResult]:
+    """Run the agent once on every target; results in the order of `targets`.
+
+    `request` is the agent request without "host"/"sim" (added per target; "v" defaults to
+    the protocol version). `known_hosts` / `ssh_config` default to the user's files.
+    Raises only for problems of the whole run (bad forks, unreadable ssh config)."""
+    if forks < 1:
+        raise UsageError(f"forks must be at least 1, got {forks}")
+    if not targets:
+        return []
+    timeouts = timeouts or Timeouts()
+    payload = agent_payload()
+    ctx: SshContext | None = None
+    if any(target.transport == "ssh" for target in targets):
+        from gpupoolctl.remote.ssh import SshContext  # paramiko only when needed
+
+        ctx = SshContext.create(
+            timeouts, accept_new=accept_new, known_hosts=known_hosts, ssh_config=ssh_config
+        )
+    results: list[HostResult | None] = [None] * len(targets)
+    executor = ThreadPoolExecutor(
+        max_workers=min(forks, len(targets)), thread_name_prefix="gpupool-host"
+    )
+    try:
+        futures = {
+            executor.submit(_run_one, target, request, payload, ctx, timeouts): index
+            for index, target in enumerate(targets)
+        }
+        for future in as_completed(futures):
+            result = future.result()  # _run_one never raises for a host's problem
+            results[futures[future]] = result
+            if on_progress is not None:
+                on_progress(result)
+    except BaseException:
+        executor.shutdown(wait=False, cancel_futures=True)
+        raise
+    executor.shutdown(wait=True)
+    return [result for result in results if result is not None]
+
+
+def _run_one(
+    target: Target,
+    request: Mapping[str, Any],
+    payload: Payload,
+    ctx: SshContext | None,
+    timeouts: Timeouts,
+) -> HostResult:
+    started = time.monotonic()
+    try:
+        stdin_data = encode_stdin(payload, host_request(target, request))
+        if target.transport == "local":
+            raw = run_local(target, stdin_data, timeouts.command)
+            python = local_python(target)
+        else:
+            from gpupoolctl.remote.ssh import run_ssh
+
+            assert ctx is not None
+            raw = run_ssh(target, stdin_data, ctx)
+            python = target.python
+        return classify_exec(target.name, python, raw, time.monotonic() - started)
+    except HostFailure as failure:
+        return HostResult(
+            target.name,
+            failure.outcome,
+            error=failure.message,
+            error_type=failure.error_type,
+            elapsed=time.monotonic() - started,
+        )
+    except Exception as exc:  # a bug here must cost one host, not the run
+        return HostResult(
+            target.name,
+            FAILED,
+            error=f"internal error: {type(exc).__name__}: {exc}",
+            error_type="InternalError",
+            elapsed=time.monotonic() - started,
+        )

@@ -1,0 +1,96 @@
+"""Authentication, missing interpreter and hung commands over real SSH."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TEST_TIMEOUTS, TargetFactory
+
+from gpupoolctl.remote import FAILED, TIMED_OUT, Timeouts, run_agent
+from tests.sshd import SshdFleet, keygen
+
+pytestmark = pytest.mark.ssh
+
+
+def test_wrong_client_key_fails_authentication(
+    sshd_fleet: SshdFleet, ssh_target: TargetFactory, tmp_path: Path
+) -> None:
+    stranger = tmp_path / "stranger_key"
+    keygen(stranger)
+    host = sshd_fleet.hosts[2]
+    (result,) = run_agent(
+        [ssh_target(host, ansible_ssh_private_key_file=str(stranger))],
+        {"verb": "ping"},
+        known_hosts=sshd_fleet.known_hosts,
+        timeouts=TEST_TIMEOUTS,
+    )
+    assert result.outcome == FAILED
+    assert result.error_type == "AuthFailed"
+    assert f"authentication failed for {sshd_fleet.user}@{host.address}:{host.port}" in (
+        result.error
+    )
+    assert str(stranger) in result.error
+
+
+def test_missing_interpreter_says_how_to_fix(
+    sshd_fleet: SshdFleet, ssh_target: TargetFactory, tmp_path: Path
+) -> None:
+    missing = str(tmp_path / "no" / "python3")
+    (result,) = run_agent(
+        [ssh_target(sshd_fleet.hosts[0], python=missing)],
+        {"verb": "ping"},
+        known_hosts=sshd_fleet.known_hosts,
+        timeouts=TEST_TIMEOUTS,
+    )
+    assert result.outcome == FAILED
+    assert result.error_type == "NoPython"
+    assert f"no python interpreter at '{missing}' on the node" in result.error
+    assert "set the `python` host var" in result.error
+
+
+def test_interpreter_value_is_data_not_code(
+    sshd_fleet: SshdFleet, ssh_target: TargetFactory, tmp_path: Path
+) -> None:
+    canary = tmp_path / "canary"
+    (result,) = run_agent(
+        [ssh_target(sshd_fleet.hosts[0], python=f"python3; touch {canary}")],
+        {"verb": "ping"},
+        known_hosts=sshd_fleet.known_hosts,
+        timeouts=TEST_TIMEOUTS,
+    )
+    assert result.outcome == FAILED
+    assert result.error_type == "NoPython"
+    assert not canary.exists()
+
+
+def test_hung_command_times_out_within_bound(
+    sshd_fleet: SshdFleet, ssh_target: TargetFactory, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "sleeper.pid"
+    sleeper = tmp_path / "python-that-hangs"
+    sleeper.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 60\n")
+    sleeper.chmod(0o755)
+    bound = Timeouts(connect=5, auth=5, command=1.0)
+    started = time.monotonic()
+    try:
+        results = run_agent(
+            [ssh_target(sshd_fleet.hosts[3], python=str(sleeper)), ssh_target(sshd_fleet.hosts[2])],
+            {"verb": "ping"},
+            known_hosts=sshd_fleet.known_hosts,
+            timeouts=bound,
+        )
+    finally:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    wall = time.monotonic() - started
+    hung, fine = results
+    assert hung.outcome == TIMED_OUT
+    assert hung.error == "command did not finish within 1s"
+    assert 1.0 <= hung.elapsed < 3.0
+    assert fine.outcome == "ok", fine.error
+    assert wall < 3.5

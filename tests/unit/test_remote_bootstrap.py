@@ -1,0 +1,70 @@
+"""The bootstrap's stdin framing and command line, run through a real interpreter."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpupoolctl.remote.bootstrap import (
+    BOOTSTRAP,
+    encode_stdin,
+    interpreter_argv,
+    remote_command,
+)
+from gpupoolctl.remote.payload import Payload, agent_payload
+
+
+def _run(stdin: bytes, env_cache: Path) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        interpreter_argv(sys.executable),
+        input=stdin,
+        capture_output=True,
+        timeout=30,
+        env={"XDG_CACHE_HOME": str(env_cache), "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    request = {"v": 1, "verb": "ping", "host": "h1", "sim": None}
+    done = _run(encode_stdin(agent_payload(), request), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"v": 1, "ok": True, "data": {"pong": True}, "error": None}
+
+
+def test_hash_mismatch_is_refused(tmp_path: Path) -> None:
+    real = agent_payload()
+    forged = Payload(real.data[:-1] + bytes([real.data[-1] ^ 1]), real.sha256)
+    done = _run(encode_stdin(forged, {"v": 1, "verb": "ping"}), tmp_path)
+    assert done.returncode == 3
+    assert b"gpupoolctl-bootstrap: payload hash mismatch" in done.stderr
+    assert not (tmp_path / "gpupoolctl" / f"agent-{real.sha256}.zip").exists()
+
+
+def test_truncated_payload_is_refused(tmp_path: Path) -> None:
+    stdin = encode_stdin(agent_payload(), {"v": 1, "verb": "ping"})
+    done = _run(stdin[:200], tmp_path)
+    assert done.returncode == 3
+    assert b"payload truncated" in done.stderr
+
+
+def test_bad_header_is_refused(tmp_path: Path) -> None:
+    done = _run(b'{"v": 1, "verb": "ping"}', tmp_path)
+    assert done.returncode == 3
+    assert b"bad header" in done.stderr
+
+
+@pytest.mark.parametrize("python", ["python3", "/opt/py 3/bin/python", "py;rm -rf /"])
+def test_remote_command_quotes_every_word(python: str) -> None:
+    words = shlex.split(remote_command(python))
+    assert words == ["exec", python, "-c", BOOTSTRAP]
+
+
+def test_bootstrap_needs_no_escaping_inside_single_quotes() -> None:
+    # One pair of quotes on the wire keeps the command short and readable in ps/sshd logs.
+    assert "'" not in BOOTSTRAP
+    assert remote_command("python3").endswith("-c '" + BOOTSTRAP + "'")
