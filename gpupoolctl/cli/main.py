@@ -10,6 +10,7 @@ import typer
 
 from gpupoolctl import __version__
 from gpupoolctl.cli import inventory_cmd, sim_cmd
+from gpupoolctl.cli.argv import hoist_global_options
 from gpupoolctl.cli.console import error
 from gpupoolctl.cli.settings import OutputFormat, Settings
 from gpupoolctl.errors import GpupoolError
@@ -116,8 +117,12 @@ def run() -> None:
     Typer's standalone mode already turns usage errors into exit 2 and Ctrl-C into "Aborted!";
     what reaches us here is the library's typed errors, which must never print a traceback.
     """
+    from typer.main import get_command
+
+    command = get_command(app)
+    args = hoist_global_options(sys.argv[1:], command)
     try:
-        app()
+        command.main(args=args, prog_name="gpupoolctl")
     except GpupoolError as exc:
         error(str(exc))
         sys.exit(int(exc.exit_code))
