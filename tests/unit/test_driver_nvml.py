@@ -1,0 +1,218 @@
+"""The nvml driver against the fake pynvml, checked against independent expectations."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpupoolctl.agent.drivers import nvml as nvml_driver
+from gpupoolctl.agent.drivers.base import DriverUnavailable
+from gpupoolctl.sim import nvidia_templates
+from gpupoolctl.sim import pynvml as fake
+from gpupoolctl.sim.state import STATE_VERSION, SimState
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_state(tmp_path: Path, template: str, host: str = "n1") -> SimState:
+    data = {"version": STATE_VERSION, "host": host, "template": template}
+    data.update(nvidia_templates.TEMPLATES[template](host))
+    state = SimState(SimState.path_for(host, tmp_path), data)
+    state._write()
+    return state
+
+
+@pytest.fixture
+def use_fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    yield
+    fake.bind(None)
+
+
+def collect(state: SimState) -> tuple[list[dict[str, Any]], list[list[str]], Any]:
+    fake.bind(state)
+    fake.reset_calls()
+    driver = nvml_driver.open_driver()
+    try:
+        return driver.gpus(), driver.link_matrix(), driver
+    finally:
+        driver.close()
+
+
+def test_dgx_h100(tmp_path: Path, use_fake: None) -> None:
+    gpus, matrix, driver = collect(make_state(tmp_path, "dgx-h100"))
+    assert len(gpus) == 8 and driver.warnings == []
+    for i, gpu in enumerate(gpus):
+        assert gpu["index"] == i and gpu["vendor"] == "nvidia" and gpu["driver"] == "nvml"
+        assert gpu["model"] == "NVIDIA H100 80GB HBM3"
+        assert gpu["pci_device_id"] == "0x233010DE"
+        assert gpu["uuid"] == nvidia_templates.gpu_uuid("n1", i)
+        assert gpu["memory_total_mib"] == 81559 and gpu["memory_used_mib"] == 0
+        assert gpu["compute_units"] == 132 and gpu["compute_capability"] == "9.0"
+        assert 3300 < gpu["bandwidth_gbps"] < 3400 and gpu["bandwidth_class"] == "ultra"
+        assert gpu["numa_node"] == (0 if i < 4 else 1)
+        assert gpu["mig"] == {
+            "capable": True,
+            "mode": "disabled",
+            "pending": "disabled",
+            "instances": [],
+        }
+        assert gpu["processes"] == [] and gpu["utilization_pct"] == 0
+    assert [g["pci_bus_id"] for g in gpus][:2] == ["00000000:18:00.0", "00000000:2A:00.0"]
+    assert len({g["uuid"] for g in gpus}) == 8
+    for i in range(8):
+        for j in range(8):
+            assert matrix[i][j] == ("X" if i == j else "NV18")
+    assert sum(fake.CALLS.values()) < 450  # 8 GPUs x 18 links dominate; keep it bounded
+
+
+def test_dgx_h100_mig_instances(tmp_path: Path, use_fake: None) -> None:
+    gpus, _, _ = collect(make_state(tmp_path, "dgx-h100-mig"))
+    assert [g["mig"]["mode"] for g in gpus] == ["disabled"] * 6 + ["enabled"] * 2
+    six = gpus[6]["mig"]["instances"]
+    assert [
+        (gi["profile"], gi["profile_id"], gi["placement_start"], gi["placement_size"]) for gi in six
+    ] == [("1g.10gb", 19, s, 1) for s in range(7)]
+    assert all(gi["memory_mib"] == 9984 and gi["sm_count"] == 16 for gi in six)
+    seven = gpus[7]["mig"]["instances"]
+    assert [
+        (gi["profile"], gi["placement_start"], gi["placement_size"], gi["sm_count"]) for gi in seven
+    ] == [("3g.40gb", 0, 4, 60), ("3g.40gb", 4, 4, 60)]
+    cis = [ci for gi in six + seven for ci in gi["compute_instances"]]
+    assert len(cis) == 9
+    assert all(ci["uuid"] and ci["uuid"].startswith("MIG-") for ci in cis)
+    assert len({ci["uuid"] for ci in cis}) == 9
+    assert [ci["profile"] for ci in seven[0]["compute_instances"]] == ["3g.40gb"]
+    assert gpus[6]["utilization_pct"] is None  # not attributed under MIG
+
+
+def test_a100_pcie_topology_and_mig(tmp_path: Path, use_fake: None) -> None:
+    gpus, matrix, _ = collect(make_state(tmp_path, "a100-pcie-4"))
+    assert matrix == [
+        ["X", "PXB", "SYS", "SYS"],
+        ["PXB", "X", "SYS", "SYS"],
+        ["SYS", "SYS", "X", "PXB"],
+        ["SYS", "SYS", "PXB", "X"],
+    ]
+    assert all(g["bandwidth_class"] == "high" and g["compute_units"] == 108 for g in gpus)
+    assert round(gpus[0]["bandwidth_gbps"]) == 1555
+    layout = [
+        (gi["profile"], gi["placement_start"], gi["placement_size"])
+        for gi in gpus[3]["mig"]["instances"]
+    ]
+    assert layout == [("2g.10gb", 0, 2), ("2g.10gb", 2, 2), ("3g.20gb", 4, 4)]
+    assert [g["mig"]["mode"] for g in gpus] == ["disabled"] * 3 + ["enabled"]
+
+
+def test_l40s(tmp_path: Path, use_fake: None) -> None:
+    gpus, matrix, driver = collect(make_state(tmp_path, "l40s-4"))
+    assert all(
+        g["mig"] == {"capable": False, "mode": "n/a", "pending": None, "instances": []}
+        for g in gpus
+    )
+    assert all(g["bandwidth_class"] == "standard" and g["compute_units"] == 142 for g in gpus)
+    assert round(gpus[0]["bandwidth_gbps"]) == 864
+    assert matrix[0][1] == "PIX" and matrix[0][2] == "NODE"
+    assert driver.warnings == []
+
+
+def test_processes_on_mig_devices(tmp_path: Path, use_fake: None) -> None:
+    state = make_state(tmp_path, "dgx-h100-mig")
+    fake.sim_add_process(
+        state,
+        7,
+        pid=900,
+        used_memory_mib=4096,
+        name="trainer",
+        gpu_instance_id=2,
+        compute_instance_id=0,
+    )
+    fake.sim_add_process(state, 0, pid=901, used_memory_mib=512)
+    gpus, _, _ = collect(state)
+    assert gpus[7]["processes"] == [
+        {
+            "pid": 900,
+            "name": "trainer",
+            "used_memory_mib": 4096,
+            "gpu_instance_id": 2,
+            "compute_instance_id": 0,
+        }
+    ]
+    assert gpus[0]["processes"][0]["gpu_instance_id"] is None
+    assert gpus[0]["memory_used_mib"] == 512
+
+
+def test_one_broken_field_does_not_sink_the_node(tmp_path: Path, use_fake: None) -> None:
+    state = make_state(tmp_path, "dgx-h100")
+    state.data["nvidia"]["gpus"][2]["unsupported"] = [
+        "nvmlDeviceGetMemoryBusWidth",
+        "nvmlDeviceGetNumGpuCores",
+        "nvmlDeviceGetMemoryAffinity",
+    ]
+    state._write()
+    gpus, _, driver = collect(state)
+    assert gpus[2]["bandwidth_gbps"] is None and gpus[2]["bandwidth_class"] is None
+    assert gpus[2]["compute_units"] is None and gpus[2]["numa_node"] is None
+    assert gpus[2]["uuid"].startswith("GPU-") and gpus[3]["bandwidth_class"] == "ultra"
+    assert driver.warnings == []  # NotSupported is normal, not a warning
+
+
+def test_absent_stack_is_silent(tmp_path: Path, use_fake: None) -> None:
+    fake.bind(SimState(tmp_path / "amd.json", {"version": 1, "host": "a", "template": "x"}))
+    with pytest.raises(DriverUnavailable) as info:
+        nvml_driver.open_driver()
+    assert str(info.value) == ""
+
+
+def test_broken_stack_says_why(tmp_path: Path, use_fake: None) -> None:
+    state = make_state(tmp_path, "l40s-4")
+    fake.sim_add_fault(state, "init", error="LibRmVersionMismatch")
+    fake.bind(state)
+    with pytest.raises(DriverUnavailable, match="nvmlInit failed"):
+        nvml_driver.open_driver()
+
+
+def test_no_pynvml_is_silent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import raises ImportError
+    with pytest.raises(DriverUnavailable) as info:
+        nvml_driver.open_driver()
+    assert str(info.value) == ""
+
+
+def _have_amd_side() -> bool:
+    return (ROOT / "gpupoolctl/sim/amdsmi.py").exists() and (
+        ROOT / "gpupoolctl/agent/drivers/amdsmi.py"
+    ).exists()
+
+
+@pytest.mark.skipif(not _have_amd_side(), reason="needs the AMD fake and driver modules")
+@pytest.mark.parametrize("template", ["dgx-h100", "l40s-4"])
+def test_agent_facts_end_to_end(tmp_path: Path, template: str) -> None:
+    request = {
+        "v": 1,
+        "verb": "facts",
+        "host": "n1",
+        "sim": {"template": template, "state_dir": str(tmp_path)},
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "gpupoolctl.agent.main"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+    )
+    answer = json.loads(out.stdout)
+    assert answer["ok"], answer
+    facts = answer["data"]
+    assert facts["sim"] is True and facts["drivers"].get("nvidia") == "nvml"
+    nvidia = [g for g in facts["gpus"] if g["vendor"] == "nvidia"]
+    assert len(nvidia) == (8 if template == "dgx-h100" else 4)
+    assert facts["topology"]["gpus"][: len(nvidia)] == [g["uuid"] for g in nvidia]
