@@ -24,6 +24,11 @@ def collect(host: str, simulated: bool, allow_cli: bool = True) -> NodeFacts:
             blocks.append(driver.link_matrix())
             versions[driver.vendor] = driver.version()
             used[driver.vendor] = driver.name
+            # Per-field problems a driver met while reading (a field it could not read).
+            warnings.extend(
+                f"{driver.vendor}/{driver.name}: {message}"
+                for message in getattr(driver, "warnings", [])
+            )
     finally:
         for driver in drivers:
             driver.close()

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from gpupoolctl.agent import protocol
+from gpupoolctl.agent.drivers import sim as sim_driver
 from gpupoolctl.agent.protocol import AgentError
 
 
@@ -23,7 +24,6 @@ def handle(request: Any) -> dict[str, Any]:
 
 def _dispatch(request: dict[str, Any]) -> Any:
     verb = request["verb"]
-    args = request.get("args") or {}
     host = str(request.get("host") or "")
     sim = request.get("sim")
     if verb == "ping":
@@ -31,27 +31,15 @@ def _dispatch(request: dict[str, Any]) -> Any:
     if verb == "sim_reset":
         if not sim:
             raise AgentError("sim_reset is only for simulated nodes", "BadRequest")
-        from gpupoolctl.sim import SimState
-
-        SimState.reset(host, sim["template"], sim.get("state_dir"))
-        return {"reset": host, "template": sim["template"]}
+        return sim_driver.reset(host, sim)
     if sim:
-        _activate_sim(host, sim)
+        sim_driver.activate(host, sim)
     if verb == "facts":
         from gpupoolctl.agent import facts
 
+        # The CLI tools of a real node must not leak into a simulated one.
         return facts.collect(host, simulated=bool(sim), allow_cli=not sim)
     raise AgentError(f"unknown verb {verb!r}", "BadRequest")
-
-
-def _activate_sim(host: str, sim: dict[str, Any]) -> None:
-    from gpupoolctl import sim as simulation
-
-    try:
-        state = simulation.SimState.open(host, str(sim["template"]), sim.get("state_dir"))
-    except KeyError as exc:
-        raise AgentError(str(exc.args[0]) if exc.args else str(exc), "SimError") from exc
-    simulation.activate(state)
 
 
 def main(raw: str | None = None) -> int:

@@ -16,6 +16,8 @@ class DriverUnavailable(Exception):
 class Driver(Protocol):
     name: str  # "nvml", "amdsmi", "smi", ...
     vendor: str  # "nvidia" or "amd"
+    # Optional: a driver may also carry `warnings: list[str]`, fields it could not read;
+    # facts.collect passes them on to the workstation.
 
     def gpus(self) -> list[dict[str, Any]]:
         """One facts dict per GPU, in the driver's index order."""
