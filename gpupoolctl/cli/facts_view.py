@@ -20,7 +20,7 @@ GPU_COLUMNS: tuple[Column, ...] = (
     Column("compute_units", "SM/CU", "right"),
     Column("partition", "PARTITION"),
     Column("processes", "PROCS", "right"),
-    Column("uuid", "UUID"),
+    Column("uuid", "UUID"),  # keep last: shown with -v only, it doubles the width
 )
 
 GPU_CSV_COLUMNS: tuple[Column, ...] = tuple(
@@ -114,10 +114,13 @@ def node_warnings(results: list[HostResult]) -> list[tuple[str, str]]:
     ]
 
 
-def memory_text(gpu: dict[str, Any]) -> str:
-    total = gpu.get("memory_total_mib") or 0
-    used = gpu.get("memory_used_mib") or 0
-    return f"{used / 1024:.1f}/{total / 1024:.1f}"
+def memory_text(gpu: dict[str, Any]) -> str | None:
+    total = gpu.get("memory_total_mib")
+    used = gpu.get("memory_used_mib")
+    if total is None:
+        return None
+    used_text = "?" if used is None else f"{used / 1024:.1f}"
+    return f"{used_text}/{total / 1024:.1f}"
 
 
 def bandwidth_text(gpu: dict[str, Any]) -> str | None:

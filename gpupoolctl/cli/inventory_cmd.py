@@ -40,11 +40,12 @@ def inventory(
     results = pool.fan_out(settings, selection.targets(), {"v": 1, "verb": "facts", "args": {}})
     document = facts_view.document(str(selection.inventory.source), results)
     rows = facts_view.gpu_rows(results)
+    columns = facts_view.GPU_COLUMNS if settings.verbosity > 0 else facts_view.GPU_COLUMNS[:-1]
     emit(
         settings,
         data=document,
         rows=rows,
-        columns=facts_view.GPU_COLUMNS,
+        columns=columns,
         csv_columns=facts_view.GPU_CSV_COLUMNS,
     )
     if settings.resolved_output() is OutputFormat.table:

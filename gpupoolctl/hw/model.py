@@ -57,13 +57,15 @@ class Process(TypedDict):
 class Gpu(TypedDict):
     index: int
     vendor: Vendor
-    model: str
+    model: str | None  # None when the driver could not read it
     uuid: str
-    pci_bus_id: str  # "00000000:18:00.0"
+    pci_bus_id: (
+        str  # as the vendor library reports it: "00000000:18:00.0" (NVML), "0000:05:00.0" (amdsmi)
+    )
     pci_device_id: str  # "0x233010DE" (device << 16 | vendor), as mig-parted's device-filter
     numa_node: int | None
-    memory_total_mib: int
-    memory_used_mib: int
+    memory_total_mib: int | None
+    memory_used_mib: int | None
     bandwidth_gbps: float | None
     bandwidth_class: str | None  # see bandwidth_class()
     compute_units: int | None  # SMs (NVIDIA) or CUs (AMD)
