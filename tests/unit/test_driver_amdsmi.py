@@ -12,7 +12,6 @@ import pytest
 from gpupoolctl.agent.drivers import amdsmi as driver_module
 from gpupoolctl.agent.drivers.base import DriverUnavailable
 from gpupoolctl.hw.model import is_direct_link
-from gpupoolctl.sim import amd_templates
 from gpupoolctl.sim import amdsmi as fake
 from gpupoolctl.sim.state import STATE_VERSION, SimState
 
@@ -20,11 +19,7 @@ GIB = 1024  # MiB
 
 
 def make_state(tmp_path: Path, template: str = "mi300x-8", host: str = "m1") -> SimState:
-    data = {"version": STATE_VERSION, "host": host, "template": template}
-    data.update(amd_templates.TEMPLATES[template](host))
-    state = SimState(SimState.path_for(host, tmp_path), data)
-    state._write()
-    return state
+    return SimState.reset(host, template, tmp_path)
 
 
 @pytest.fixture

@@ -15,17 +15,13 @@ from gpupoolctl.agent.drivers import nvml as nvml_driver
 from gpupoolctl.agent.drivers.base import DriverUnavailable
 from gpupoolctl.sim import nvidia_templates
 from gpupoolctl.sim import pynvml as fake
-from gpupoolctl.sim.state import STATE_VERSION, SimState
+from gpupoolctl.sim.state import SimState
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_state(tmp_path: Path, template: str, host: str = "n1") -> SimState:
-    data = {"version": STATE_VERSION, "host": host, "template": template}
-    data.update(nvidia_templates.TEMPLATES[template](host))
-    state = SimState(SimState.path_for(host, tmp_path), data)
-    state._write()
-    return state
+    return SimState.reset(host, template, tmp_path)
 
 
 @pytest.fixture

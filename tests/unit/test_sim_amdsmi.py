@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from gpupoolctl.sim import amd_templates
 from gpupoolctl.sim import amdsmi as fake
 from gpupoolctl.sim.state import STATE_VERSION, SimState
 
@@ -18,11 +17,7 @@ M = fake.AmdSmiMemoryPartitionType
 
 
 def make_state(tmp_path: Path, template: str = "mi300x-8", host: str = "m1") -> SimState:
-    data = {"version": STATE_VERSION, "host": host, "template": template}
-    data.update(amd_templates.TEMPLATES[template](host))
-    state = SimState(SimState.path_for(host, tmp_path), data)
-    state._write()
-    return state
+    return SimState.reset(host, template, tmp_path)
 
 
 @pytest.fixture

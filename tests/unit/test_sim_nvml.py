@@ -14,15 +14,11 @@ from hypothesis import strategies as st
 
 from gpupoolctl.sim import nvidia_templates
 from gpupoolctl.sim import pynvml as nv
-from gpupoolctl.sim.state import STATE_VERSION, SimState
+from gpupoolctl.sim.state import SimState
 
 
 def make_state(tmp_path: Path, template: str, host: str = "n1") -> SimState:
-    data = {"version": STATE_VERSION, "host": host, "template": template}
-    data.update(nvidia_templates.TEMPLATES[template](host))
-    state = SimState(SimState.path_for(host, tmp_path), data)
-    state._write()
-    return state
+    return SimState.reset(host, template, tmp_path)
 
 
 @pytest.fixture
