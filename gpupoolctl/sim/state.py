@@ -12,7 +12,6 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -109,6 +108,8 @@ class SimState:
             self.data = SimState.load(self.path).data
 
     def _write(self) -> None:
+        import tempfile  # only writers pay for it: most agent runs only read
+
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.path.parent)
         try:

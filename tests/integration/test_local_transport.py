@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -29,9 +31,13 @@ def test_ping_and_cache_under_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         ("ws-a", OK, {"pong": True}),
         ("ws-b", OK, {"pong": True}),
     ]
-    cached = tmp_path / "cache" / "gpupoolctl" / f"agent-{agent_payload().sha256}.zip"
-    assert cached.read_bytes() == agent_payload().data
-    assert cached.stat().st_mode & 0o777 == 0o600
+    cached = tmp_path / "cache" / "gpupoolctl" / f"agent-{agent_payload().sha256}"
+    assert (cached / ".complete").is_file()
+    source = Path(__file__).resolve().parents[2] / "gpupoolctl" / "agent" / "main.py"
+    assert (cached / "gpupoolctl" / "agent" / "main.py").read_text() == source.read_text()
+    # Unpacked so that Python keeps compiled bytecode for the next run.
+    assert list((cached / "gpupoolctl" / "agent").glob("__pycache__/main.*.pyc"))
+    assert cached.stat().st_mode & 0o777 == 0o700
     assert (tmp_path / "cache" / "gpupoolctl").stat().st_mode & 0o777 == 0o700
 
 
@@ -46,18 +52,40 @@ def test_unwritable_cache_falls_back_to_tmpdir(
     (tmp_path / "tmp").mkdir()
     (result,) = run_agent([_local("ws")], {"verb": "ping"})
     assert result.outcome == OK, result.error
-    fallback = list((tmp_path / "tmp").glob("gpupoolctl-*/agent-*.zip"))
-    assert [p.name for p in fallback] == [f"agent-{agent_payload().sha256}.zip"]
+    fallback = list((tmp_path / "tmp").glob("gpupoolctl-*/agent-*"))
+    assert [p.name for p in fallback] == [f"agent-{agent_payload().sha256}"]
 
 
-def test_corrupt_cached_copy_is_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unmarked_cached_copy_is_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A folder without its completion marker was not written by a finished unpack: distrust it.
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    cached = tmp_path / "gpupoolctl" / f"agent-{agent_payload().sha256}.zip"
-    cached.parent.mkdir(mode=0o700)
-    cached.write_bytes(b"not a zip")
+    cached = tmp_path / "gpupoolctl" / f"agent-{agent_payload().sha256}"
+    (cached / "gpupoolctl").mkdir(parents=True)
+    (tmp_path / "gpupoolctl").chmod(0o700)
+    (cached / "gpupoolctl" / "__init__.py").write_text("raise SystemExit('tampered')\n")
     (result,) = run_agent([_local("ws")], {"verb": "ping"})
     assert result.outcome == OK, result.error
-    assert cached.read_bytes() == agent_payload().data
+    assert (cached / ".complete").is_file()
+    assert "tampered" not in (cached / "gpupoolctl" / "__init__.py").read_text()
+
+
+def test_versions_unused_for_a_week_are_pruned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = tmp_path / "gpupoolctl"
+    folder.mkdir(mode=0o700)
+    old_dir, old_zip, recent = folder / "agent-0ld", folder / "agent-0ld.zip", folder / "agent-new"
+    old_dir.mkdir()
+    old_zip.write_bytes(b"")
+    recent.mkdir()
+    eight_days_ago = time.time() - 8 * 86400
+    for path in (old_dir, old_zip):
+        os.utime(path, (eight_days_ago, eight_days_ago))
+    (result,) = run_agent([_local("ws")], {"verb": "ping"})
+    assert result.outcome == OK, result.error
+    assert not old_dir.exists() and not old_zip.exists()
+    assert recent.exists()
 
 
 def test_missing_interpreter(tmp_path: Path) -> None:

@@ -68,9 +68,11 @@ def test_payload_cached_once_per_hash_on_node(
     from gpupoolctl.remote import agent_payload
 
     cached = list((host.cache_dir / "gpupoolctl").iterdir())
-    assert [p.name for p in cached] == [f"agent-{agent_payload().sha256}.zip"]
-    assert cached[0].stat().st_mode & 0o777 == 0o600
-    assert cached[0].read_bytes() == agent_payload().data
+    assert [p.name for p in cached] == [f"agent-{agent_payload().sha256}"]
+    assert cached[0].stat().st_mode & 0o777 == 0o700
+    assert (cached[0] / ".complete").is_file()
+    # The second run found the unpacked agent and compiled bytecode from the first.
+    assert list((cached[0] / "gpupoolctl" / "agent").glob("__pycache__/main.*.pyc"))
 
 
 def test_closed_port_is_unreachable(sshd_fleet: SshdFleet, ssh_target: TargetFactory) -> None:
