@@ -27,6 +27,9 @@ INVENTORIES = [
     "ini_noext/inventory",
     "priorities/inventory.yaml",
     "json_fleet/hosts.json",
+    # The project's own inventories must mean to Ansible what they mean to us.
+    "../../../inventories/example.yaml",
+    "../../../inventories/sim.yaml",
 ]
 # Fixtures where every host sits at most one level below `all`'s children, so that Ansible's
 # own host order is deterministic and can be compared exactly.
