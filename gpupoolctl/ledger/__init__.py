@@ -1,1 +1,46 @@
-"""ledger."""
+"""The flat-file allocation ledger: journal, locking, replay, snapshot, verify, repair.
+
+    from gpupoolctl.ledger import Ledger, Request
+    ledger = Ledger(path)                      # None: ~/.local/state/gpupoolctl/ledger.jsonl
+    done = ledger.alloc(Request(profile="1g.10gb"), owner="alice", ttl=timedelta(hours=8))
+    done.value.id, done.warnings               # "a-17", [] (warnings are for stderr)
+    ledger.release("a-17")
+    view = ledger.read()                       # view.state: slices, allocations, jobs, queue
+    with ledger.transaction() as tx:           # your own all-or-nothing batch
+        tx.append("enqueue", {"id": f"q-{tx.next_seq}", "owner": "bob", "request": {}})
+
+Nothing here prints: results and warnings are returned, problems raised as typed errors.
+"""
+
+from gpupoolctl.ledger.errors import LedgerDamaged, LedgerError, NothingFits
+from gpupoolctl.ledger.fit import Request
+from gpupoolctl.ledger.history import History
+from gpupoolctl.ledger.ledger import Done, Ledger, Transaction, View, default_actor
+from gpupoolctl.ledger.paths import LedgerPaths, default_path
+from gpupoolctl.ledger.repair import RepairResult
+from gpupoolctl.ledger.slices import slices_from_facts
+from gpupoolctl.ledger.state import JOB_STATES, OPS, Allocation, State
+from gpupoolctl.ledger.verify import Problem, Report
+
+__all__ = [
+    "JOB_STATES",
+    "OPS",
+    "Allocation",
+    "Done",
+    "History",
+    "Ledger",
+    "LedgerDamaged",
+    "LedgerError",
+    "LedgerPaths",
+    "NothingFits",
+    "Problem",
+    "RepairResult",
+    "Report",
+    "Request",
+    "State",
+    "Transaction",
+    "View",
+    "default_actor",
+    "default_path",
+    "slices_from_facts",
+]

@@ -1,0 +1,467 @@
+"""`pool`, `alloc`, `release` and the `ledger` group: the allocation ledger from the shell.
+
+Parse, call gpupoolctl.ledger, render. Warnings the library returns go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import timedelta
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from gpupoolctl.cli.console import notice, warn
+from gpupoolctl.cli.render import Column, emit
+from gpupoolctl.cli.settings import OutputFormat, Settings
+from gpupoolctl.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from gpupoolctl.ledger import Allocation, Ledger, State
+
+NO_FSYNC_ENV = "GPUPOOL_LEDGER_NO_FSYNC"
+
+ledger_app = typer.Typer(
+    help="The allocation ledger: history, checks, compaction, repair.", no_args_is_help=True
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `pool`, `alloc`, `release` and the `ledger` group to the root command."""
+    app.command("pool")(pool)
+    app.command("alloc")(alloc)
+    app.command("release")(release)
+    app.add_typer(ledger_app, name="ledger")
+
+
+def open_ledger(settings: Settings) -> Ledger:
+    from gpupoolctl.ledger import Ledger
+
+    durable = os.environ.get(NO_FSYNC_ENV, "").strip().lower() not in {"1", "true", "yes"}
+    return Ledger(settings.ledger, durable=durable)
+
+
+def _warn_all(messages: list[str]) -> None:
+    for message in messages:
+        warn(message)
+
+
+def _gib(mib: int | None) -> str | None:
+    return None if mib is None else f"{mib / 1024:.1f}"
+
+
+# -- pool -----------------------------------------------------------------------------------
+
+SLICE_COLUMNS = (
+    Column("host", "HOST"),
+    Column("slice", "SLICE"),
+    Column("kind", "KIND"),
+    Column("profile", "PROFILE"),
+    Column("memory", "MEMORY GiB", "right"),
+    Column("state", "STATE"),
+    Column("owner", "OWNER"),
+    Column("alloc", "ALLOC"),
+    Column("expires", "EXPIRES"),
+)
+SLICE_CSV_COLUMNS = tuple(
+    Column(k, k)
+    for k in (
+        "host",
+        "slice",
+        "kind",
+        "profile",
+        "memory_mib",
+        "state",
+        "owner",
+        "alloc",
+        "expires",
+        "uuid",
+    )
+)
+
+
+def pool(
+    ctx: typer.Context,
+    no_refresh: Annotated[
+        bool,
+        typer.Option(
+            "--no-refresh", help="Show what the ledger knows, without contacting the nodes."
+        ),
+    ] = False,
+) -> None:
+    """Slices of the pool, free or held and by whom, per node.
+
+    Reads the facts of the selected nodes (like `inventory`), records their slices in the
+    ledger when they changed (whole GPUs, MIG instances, AMD partitions, SR-IOV VFs), then
+    shows every slice. Exit 3 when some nodes could not be read: their last known slices stay.
+    """
+    from gpupoolctl.cli import pool as hosts_pool
+    from gpupoolctl.ledger import slices_from_facts
+
+    settings: Settings = ctx.obj
+    ledger = open_ledger(settings)
+    failed: list[Any] = []
+    shown: set[str] | None = None
+    if not no_refresh:
+        selection = hosts_pool.select(settings)
+        results = hosts_pool.fan_out(
+            settings, selection.targets(), {"v": 1, "verb": "facts", "args": {}}
+        )
+        good = [r for r in results if r.outcome == "ok"]
+        failed = [r for r in results if r.outcome != "ok"]
+        slices = [s for r in good for s in slices_from_facts(r.name, r.data)]
+        if good:
+            done = ledger.refresh_slices([r.name for r in good], slices)
+            _warn_all(done.warnings)
+        shown = {h.name for h in selection.hosts}
+    elif settings.limit:
+        shown = {h.name for h in hosts_pool.select(settings).hosts}
+    view = ledger.read()
+    _warn_all(view.warnings)
+    rows = _slice_rows(view.state, view.now, shown)
+    data = _pool_document(ledger, view.state, view.now, rows)
+    emit(settings, data=data, rows=rows, columns=SLICE_COLUMNS, csv_columns=SLICE_CSV_COLUMNS)
+    if settings.resolved_output() is OutputFormat.table and data["nodes"]:
+        from gpupoolctl.cli.render import table
+
+        table(
+            settings,
+            [
+                {**n, "holders": sorted({s["owner"] for s in n["slices"] if s["owner"]})}
+                for n in data["nodes"]
+            ],
+            (
+                Column("host", "HOST"),
+                Column("total", "SLICES", "right"),
+                Column("free", "FREE", "right"),
+                Column("held", "HELD", "right"),
+                Column("holders", "HELD BY"),
+            ),
+        )
+    for orphan in data["orphans"]:
+        warn(orphan["message"])
+    for result in failed:
+        warn(f"{result.name}: {result.outcome}: {result.error} (its last known slices are shown)")
+    if not rows and not failed:
+        notice("the ledger knows no slices yet", quiet=settings.quiet)
+    if failed:
+        raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+def _slice_rows(state: State, now: str, shown: set[str] | None) -> list[dict[str, Any]]:
+    from gpupoolctl.ledger.fit import fit_key
+
+    rows = []
+    by_host: dict[str, list[dict[str, Any]]] = {}
+    for entry in state.slices.values():
+        if shown is None or entry["host"] in shown:
+            by_host.setdefault(entry["host"], []).append(entry)
+    for host in by_host:
+        for entry in sorted(by_host[host], key=lambda s: fit_key({**s, "memory_mib": 0})):
+            holder = state.holder(entry["id"], now)
+            rows.append(
+                {
+                    "host": host,
+                    "slice": entry["id"],
+                    "kind": entry.get("kind"),
+                    "profile": entry.get("profile"),
+                    "memory": _gib(entry.get("memory_mib")),
+                    "memory_mib": entry.get("memory_mib"),
+                    "state": "held" if holder else "free",
+                    "owner": holder.owner if holder else None,
+                    "alloc": holder.id if holder else None,
+                    "expires": holder.expires if holder else None,
+                    "uuid": entry.get("uuid"),
+                }
+            )
+    return rows
+
+
+def _pool_document(
+    ledger: Ledger, state: State, now: str, rows: list[dict[str, Any]]
+) -> dict[str, Any]:
+    nodes: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        node = nodes.setdefault(
+            row["host"], {"host": row["host"], "total": 0, "free": 0, "held": 0, "slices": []}
+        )
+        node["total"] += 1
+        node[row["state"]] += 1
+        node["slices"].append({k: v for k, v in row.items() if k != "memory"})
+    orphans = [
+        {
+            "alloc": alloc.id,
+            "owner": alloc.owner,
+            "slice": slice_id,
+            "message": f"{alloc.id} ({alloc.owner}) holds {slice_id}, which no longer exists "
+            "(partition changed?); release it",
+        }
+        for alloc, slice_id in state.orphans()
+    ]
+    return {
+        "ledger": str(ledger.path),
+        "seq": state.seq,
+        "now": now,
+        "nodes": list(nodes.values()),
+        "orphans": orphans,
+    }
+
+
+# -- alloc / release ------------------------------------------------------------------------
+
+
+def _alloc_dict(alloc: Allocation) -> dict[str, Any]:
+    return {
+        "id": alloc.id,
+        "owner": alloc.owner,
+        "slices": alloc.slices,
+        "created": alloc.created,
+        "expires": alloc.expires,
+        "seq": alloc.seq,
+    }
+
+
+def alloc(
+    ctx: typer.Context,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile",
+            "-p",
+            help="MIG profile (1g.10gb), AMD mode (cpx), or kind: gpu, mig, partition, vf.",
+        ),
+    ] = None,
+    mem: Annotated[
+        str | None,
+        typer.Option("--mem", "-m", help="At least this much memory: 10gb, 40GiB, 512MiB."),
+    ] = None,
+    count: Annotated[int, typer.Option("--count", "-n", min=1, help="Slices, all or none.")] = 1,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Only on hosts matching this glob.")
+    ] = None,
+    vendor: Annotated[str | None, typer.Option("--vendor", help="nvidia or amd.")] = None,
+    owner: Annotated[
+        str | None, typer.Option("--owner", help="Who holds it (default: you).")
+    ] = None,
+    ttl: Annotated[
+        str | None,
+        typer.Option("--ttl", help="Free it automatically after this long: 30m, 8h, 2d."),
+    ] = None,
+) -> None:
+    """Hold free slice(s) by hand and print the allocation id.
+
+    Best fit: of the free slices that match, the ones with the least memory (then by id),
+    so small requests never take big cards. Exit 5 when nothing fits.
+    """
+    import getpass
+
+    from gpupoolctl.ledger import Request
+    from gpupoolctl.ledger.units import parse_duration, parse_memory_mib
+
+    settings: Settings = ctx.obj
+    request = Request(
+        profile=profile,
+        memory_mib=parse_memory_mib(mem) if mem else None,
+        count=count,
+        host=host,
+        vendor=vendor,
+    )
+    life: timedelta | None = parse_duration(ttl) if ttl else None
+    who = owner or _user(getpass)
+    if not who.strip():
+        raise UsageError("--owner must not be empty")
+    done = open_ledger(settings).alloc(request, owner=who, ttl=life)
+    _warn_all(done.warnings)
+    held: Allocation = done.value
+    data = _alloc_dict(held)
+    if settings.resolved_output() is OutputFormat.table:
+        print(held.id)  # alone on stdout, so that ID=$(gpupoolctl alloc ...) works
+        until = f" until {held.expires}" if held.expires else ""
+        notice(
+            f"{held.id}: {', '.join(held.slices)} held by {held.owner}{until}", quiet=settings.quiet
+        )
+        return
+    row = {**data, "slices": " ".join(held.slices)}
+    columns = [Column(k, k) for k in ("id", "owner", "slices", "created", "expires", "seq")]
+    emit(settings, data=data, rows=[row], columns=columns)
+
+
+def _user(getpass: Any) -> str:
+    try:
+        return str(getpass.getuser())
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def release(
+    ctx: typer.Context,
+    alloc_id: Annotated[str, typer.Argument(metavar="ALLOC_ID", help="As printed by alloc.")],
+) -> None:
+    """Give back the slices of an allocation. An unknown or already released id is an error."""
+    settings: Settings = ctx.obj
+    done = open_ledger(settings).release(alloc_id)
+    _warn_all(done.warnings)
+    held: Allocation = done.value
+    data = {"released": held.id, "owner": held.owner, "slices": held.slices}
+    if settings.resolved_output() is OutputFormat.table:
+        print(f"released {held.id} ({held.owner}): {', '.join(held.slices)}")
+        return
+    row = {**data, "slices": " ".join(held.slices)}
+    emit(settings, data=data, rows=[row], columns=[Column(k, k) for k in data])
+
+
+# -- ledger show / verify / compact / repair -------------------------------------------------
+
+SHOW_COLUMNS = (
+    Column("seq", "SEQ", "right"),
+    Column("ts", "TIME"),
+    Column("actor", "ACTOR"),
+    Column("op", "OP"),
+    Column("detail", "DETAIL"),
+)
+SHOW_CSV_COLUMNS = tuple(Column(k, k) for k in ("seq", "ts", "actor", "op", "batch", "data"))
+
+
+def _since(text: str | None) -> tuple[int | None, str | None]:
+    """A seq (123), a duration back from now (2h), or a time (2025-06-01T12:00Z)."""
+    from gpupoolctl.ledger.units import format_ts, parse_duration, parse_ts, utc_now
+
+    if text is None:
+        return None, None
+    text = text.strip()
+    if text.isdigit():
+        return int(text), None
+    if text[-1:].lower() in "smhdw" and text[:1].isdigit() and "-" not in text:
+        return None, format_ts(utc_now() - parse_duration(text))
+    return None, format_ts(parse_ts(text))
+
+
+def _detail(record: dict[str, Any]) -> str:
+    data = record["data"]
+    op = record["op"]
+    if op == "alloc":
+        until = f" until {data.get('expires')}" if data.get("expires") else ""
+        return f"{data.get('id')} {data.get('owner')} {','.join(data.get('slices', []))}{until}"
+    if op == "release":
+        return str(data.get("id"))
+    if op == "expire":
+        return ",".join(str(i) for i in data.get("ids", []))
+    if op == "slices":
+        hosts = data.get("hosts", [])
+        names = ",".join(hosts[:3]) + (f",+{len(hosts) - 3}" if len(hosts) > 3 else "")
+        return f"{len(data.get('slices', []))} slices on {names}"
+    if op == "repair":
+        return f"quarantined {data.get('quarantined')} line(s), gaps {data.get('gaps')}"
+    if op in ("enqueue", "dequeue", "job"):
+        rest = {k: v for k, v in data.items() if k != "id"}
+        return f"{data.get('id')} {json.dumps(rest, sort_keys=True)}"
+    return json.dumps(data, sort_keys=True)
+
+
+@ledger_app.command("show")
+def show(
+    ctx: typer.Context,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="From this seq (120), this long ago (2h) or this time (ISO-8601)."
+        ),
+    ] = None,
+    everything: Annotated[
+        bool, typer.Option("--all", help="Include the archives of earlier compactions.")
+    ] = False,
+    op: Annotated[
+        list[str] | None, typer.Option("--op", help="Only these operations (repeatable).")
+    ] = None,
+) -> None:
+    """History, oldest first: one row per record (-o json gives the records themselves).
+
+    Without --all or --since, only the records since the last compaction.
+    """
+    settings: Settings = ctx.obj
+    since_seq, since_ts = _since(since)
+    ledger = open_ledger(settings)
+    found = ledger.history(
+        since_seq=since_seq, since_ts=since_ts, ops=set(op) if op else None, everything=everything
+    )
+    _warn_all(found.warnings)
+    records = [{k: v for k, v in r.items() if k != "crc"} for r in found.records]
+    rows = [
+        {**r, "detail": _detail(r), "data": json.dumps(r["data"], sort_keys=True)} for r in records
+    ]
+    emit(settings, data=records, rows=rows, columns=SHOW_COLUMNS, csv_columns=SHOW_CSV_COLUMNS)
+    if found.archived and not everything:
+        notice(
+            f"{found.archived} earlier record(s) are archived (--all or --since to include them)",
+            quiet=settings.quiet,
+        )
+
+
+@ledger_app.command("verify")
+def verify(
+    ctx: typer.Context,
+    everything: Annotated[
+        bool, typer.Option("--all", help="Also check every archive (reads all history).")
+    ] = False,
+) -> None:
+    """Check checksums, sequence and invariants: no slice held twice, no hold on a slice
+    that no longer exists. Exit 0 when all hold, 4 when not."""
+    settings: Settings = ctx.obj
+    report = open_ledger(settings).verify(deep=everything)
+    data = report.to_dict()
+    rows = [p.to_dict() for p in report.problems]
+    columns = (Column("kind", "PROBLEM"), Column("where", "WHERE"), Column("message", "DETAIL"))
+    if report.ok and settings.resolved_output() is OutputFormat.table:
+        print(
+            f"ok: {report.path}: seq {report.seq}, {report.journal_records} record(s) since the "
+            f"last compaction, {report.archives} archive(s), {report.slices} slice(s), "
+            f"{report.allocations} allocation(s)"
+        )
+    else:
+        emit(settings, data=data, rows=rows, columns=columns)
+    if not report.ok:
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
+
+
+@ledger_app.command("compact")
+def compact(ctx: typer.Context) -> None:
+    """Fold the journal into a snapshot and archive its records (gzip): history is kept,
+    and reading the ledger stays fast however long it has been used."""
+    settings: Settings = ctx.obj
+    done = open_ledger(settings).compact()
+    _warn_all(done.warnings)
+    result = done.value
+    if settings.resolved_output() is OutputFormat.table:
+        if result["compacted"]:
+            print(
+                f"compacted {result['records']} record(s) up to seq {result['seq']}; "
+                f"archived to {result['archive']}"
+            )
+        else:
+            print("nothing to compact")
+        return
+    emit(settings, data=result, rows=[result], columns=[Column(k, k) for k in result])
+
+
+@ledger_app.command("repair")
+def repair(ctx: typer.Context) -> None:
+    """Move damaged lines to the quarantine file (LEDGER.quarantine) and keep every good
+    record; rebuild a damaged snapshot from the archives. Writes work again afterwards."""
+    settings: Settings = ctx.obj
+    result = open_ledger(settings).repair().value
+    data = result.to_dict()
+    if settings.resolved_output() is OutputFormat.table:
+        if not result.repaired:
+            print("nothing to repair")
+            return
+        parts = [f"kept {result.kept} record(s)", f"quarantined {result.quarantined} line(s)"]
+        if result.quarantine:
+            parts.append(f"in {result.quarantine}")
+        if result.snapshot_rebuilt:
+            parts.append("rebuilt the snapshot from the archives")
+        if result.gaps:
+            parts.append(f"declared lost seqs {result.gaps}")
+        print("repaired: " + ", ".join(parts))
+        return
+    emit(settings, data=data, rows=[data], columns=[Column(k, k) for k in data])

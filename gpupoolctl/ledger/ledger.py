@@ -1,0 +1,467 @@
+"""The Ledger: locked reads, all-or-nothing write transactions, and the operations on top.
+
+Every write goes: exclusive flock -> bring the state up to date (reading only the new bytes)
+-> refuse if the journal is damaged before its end -> cut a torn tail (with a warning) ->
+let the caller decide and append records -> write them in one write() -> fdatasync -> unlock.
+Warnings are returned, never printed.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from gpupoolctl.ledger import journal, replay, snapshot
+from gpupoolctl.ledger.errors import LedgerDamaged, LedgerError
+from gpupoolctl.ledger.fit import Request, pick
+from gpupoolctl.ledger.history import History, archives_needed, matcher, read_archive
+from gpupoolctl.ledger.lock import FileLock
+from gpupoolctl.ledger.paths import FILE_MODE, LedgerPaths, default_path, ensure_folder, fsync_dir
+from gpupoolctl.ledger.repair import RepairResult, rebuild_snapshot, snapshot_readable
+from gpupoolctl.ledger.repair import repair as repair_journal
+from gpupoolctl.ledger.state import Allocation, State
+from gpupoolctl.ledger.units import format_ts, utc_now
+from gpupoolctl.ledger.verify import Problem, Report, check
+
+_SECRET_MARKERS = ("password", "passphrase", "secret", "token", "private_key")
+
+
+def default_actor() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers)
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+def check_no_secrets(value: Any, where: str = "data") -> None:
+    """Refuse payload keys that look like secrets: the ledger is read with less and grep."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if any(m in str(key).lower() for m in _SECRET_MARKERS):
+                raise LedgerError(
+                    f"refusing to record {where}.{key}: secrets never go in the ledger"
+                )
+            check_no_secrets(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for item in value:
+            check_no_secrets(item, where)
+
+
+@dataclass
+class View:
+    """What a reader sees: the state, the time it was judged at, and any warnings."""
+
+    state: State
+    now: str
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Done:
+    """A write's outcome: its value, the records it appended, and warnings for stderr."""
+
+    value: Any
+    records: list[dict[str, Any]]
+    warnings: list[str]
+
+
+class Transaction:
+    """Appends records to an all-or-nothing batch; each is applied to the state at once, so
+    later decisions in the same transaction see earlier ones."""
+
+    def __init__(self, ledger: Ledger, state: State, now: datetime) -> None:
+        self.ledger = ledger
+        self.state = state
+        self.moment = now
+        self.now = format_ts(now)
+        self.records: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
+        self._expired = state.expired(self.now)
+
+    @property
+    def next_seq(self) -> int:
+        """The seq the next append() gets (after the expiry record it may add first)."""
+        return self.state.seq + (2 if self._expired and not self.records else 1)
+
+    def append(self, op: str, data: dict[str, Any]) -> dict[str, Any]:
+        if not self.records and self._expired:
+            # Expired holds are free at read time already; the first write records it.
+            self._add("expire", {"ids": self._expired})
+        check_no_secrets(data)
+        return self._add(op, data)
+
+    def _add(self, op: str, data: dict[str, Any]) -> dict[str, Any]:
+        record = {
+            "v": journal.FORMAT_VERSION,
+            "seq": self.state.seq + 1,
+            "ts": self.now,
+            "actor": self.ledger.actor,
+            "op": op,
+            "data": data,
+        }
+        self.state.apply(record)
+        self.records.append(record)
+        return record
+
+    def encoded(self) -> bytes:
+        count = len(self.records)
+        lines = []
+        for index, record in enumerate(self.records, 1):
+            batch = (index, count) if count > 1 else None
+            if batch:
+                record["batch"] = [index, count]
+            lines.append(
+                journal.encode(
+                    record["seq"],
+                    record["ts"],
+                    record["actor"],
+                    record["op"],
+                    record["data"],
+                    batch,
+                )
+            )
+        return b"".join(lines)
+
+
+class Ledger:
+    def __init__(
+        self,
+        path: Path | None = None,
+        *,
+        durable: bool = True,
+        actor: str | None = None,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.is_default = path is None
+        self.paths = LedgerPaths(Path(path) if path is not None else default_path())
+        self.durable = durable
+        self.actor = actor or default_actor()
+        self.clock = clock
+        self._lock = FileLock(self.paths.lock)
+        self._loaded: replay.Loaded | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.paths.journal
+
+    def close(self) -> None:
+        self._lock.close()
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _open_journal(self, *, create: bool) -> int | None:
+        flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+        if create:
+            ensure_folder(self.paths.folder, create=self.is_default)
+            flags |= os.O_CREAT
+        try:
+            return os.open(self.paths.journal, flags, FILE_MODE)
+        except FileNotFoundError:
+            return None
+        except PermissionError:
+            if create:
+                raise LedgerError(f"cannot write {self.paths.journal}: permission denied") from None
+            return os.open(self.paths.journal, os.O_RDONLY | os.O_CLOEXEC)
+
+    def _refresh(self, fd: int | None) -> replay.Loaded:
+        try:
+            self._loaded = replay.refresh(self._loaded, self.paths, fd)
+        except BaseException:
+            self._loaded = None
+            raise
+        return self._loaded
+
+    def damage_error(self, loaded: replay.Loaded) -> LedgerDamaged:
+        where = str(self.paths.journal)
+        hint = "writes are refused until `gpupoolctl ledger repair`"
+        if loaded.scan.bad:
+            bad = loaded.scan.bad[0]
+            more = len(loaded.scan.bad) - 1
+            extra = f" ({more} more damaged line(s))" if more else ""
+            return LedgerDamaged(where, bad.line, f"damaged record: {bad.reason}{extra}; {hint}")
+        gap = loaded.undeclared_gaps()[0]
+        return LedgerDamaged(
+            where, gap.line, f"records {gap.first}..{gap.last} are missing before this line; {hint}"
+        )
+
+    def _torn_warning(self, loaded: replay.Loaded, *, removed: bool) -> str:
+        torn = loaded.scan.torn
+        assert torn is not None
+        size = loaded.size - torn.offset
+        what = "removed" if removed else "ignored (the next write removes it)"
+        return (
+            f"{self.paths.journal}:{torn.line}: {torn.reason} ({size} bytes, left by an "
+            f"interrupted writer) {what}"
+        )
+
+    def _mode_warning(self, fd: int) -> str | None:
+        mode = os.fstat(fd).st_mode & 0o777
+        if mode & 0o077 and os.access(self.paths.journal, os.W_OK):
+            os.fchmod(fd, FILE_MODE)
+            return f"{self.paths.journal}: mode {mode:o} was too open; set to 600"
+        return None
+
+    # -- reading --------------------------------------------------------------------------
+
+    def read(self) -> View:
+        """The current state under a shared lock; never writes (a torn tail is only noted)."""
+        now = format_ts(self.clock())
+        if not self.paths.exists():
+            return View(State(), now)
+        with self._lock.shared():
+            fd = self._open_journal(create=False)
+            try:
+                loaded = self._refresh(fd)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        warnings = []
+        if loaded.damaged:
+            warnings.append(
+                str(self.damage_error(loaded)).replace("writes are refused", "writes refused")
+            )
+        if loaded.scan.torn:
+            warnings.append(self._torn_warning(loaded, removed=False))
+        return View(loaded.state, now, warnings)
+
+    # -- writing --------------------------------------------------------------------------
+
+    @contextmanager
+    def _exclusive(self) -> Iterator[tuple[int, replay.Loaded, list[str]]]:
+        """Hold the write lock with the journal open, the state current and the tail clean."""
+        ensure_folder(self.paths.folder, create=self.is_default)
+        with self._lock.exclusive():
+            existed = self.paths.journal.exists()
+            fd = self._open_journal(create=True)
+            assert fd is not None
+            try:
+                if not existed and self.durable:
+                    fsync_dir(self.paths.folder)
+                warnings: list[str] = []
+                mode_note = self._mode_warning(fd)
+                if mode_note:
+                    warnings.append(mode_note)
+                loaded = self._refresh(fd)
+                if loaded.scan.torn is not None:
+                    warnings.append(self._torn_warning(loaded, removed=True))
+                    os.ftruncate(fd, loaded.scan.end)
+                    if self.durable:
+                        journal._sync(fd)
+                    loaded.scan.torn = None
+                    loaded = self._refresh(fd)
+                yield fd, loaded, warnings
+            finally:
+                os.close(fd)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """An all-or-nothing batch: records appended inside are written together on exit, or
+        not at all if the block raises. Raises LedgerDamaged when the journal is damaged."""
+        with self._exclusive() as (fd, loaded, warnings):
+            if loaded.damaged:
+                raise self.damage_error(loaded)
+            tx = Transaction(self, loaded.state, self.clock())
+            tx.warnings.extend(warnings)
+            try:
+                yield tx
+            except BaseException:
+                if tx.records:  # the cached state already has them: forget it
+                    self._loaded = None
+                raise
+            if not tx.records:
+                return
+            data = tx.encoded()
+            try:
+                journal.append(fd, data, durable=self.durable)
+            except OSError as exc:
+                self._loaded = None
+                with suppress(OSError):
+                    os.ftruncate(fd, loaded.scan.end)
+                raise LedgerError(f"cannot write {self.paths.journal}: {exc.strerror}") from None
+            scan = loaded.scan
+            if scan.first_offset is None:
+                first = tx.records[0]
+                scan.first_offset, scan.first_seq, scan.first_ts = scan.end, first["seq"], tx.now
+            scan.last_ts = tx.now
+            scan.end += len(data)
+            scan.lines += len(tx.records)
+            scan.records += len(tx.records)
+            scan.last_seq = tx.records[-1]["seq"]
+            loaded.size = scan.end
+            loaded.ident = replay._ident(self.paths, fd)[0]
+
+    def write(self, build: Callable[[Transaction], Any]) -> Done:
+        """Run `build` inside a transaction; returns its value, the records and warnings."""
+        with self.transaction() as tx:
+            value = build(tx)
+        return Done(value, tx.records, tx.warnings)
+
+    # -- operations -----------------------------------------------------------------------
+
+    def refresh_slices(self, hosts: list[str], slices: list[dict[str, Any]]) -> Done:
+        """Replace the slices of `hosts` with `slices`; writes only when something changed."""
+
+        def build(tx: Transaction) -> bool:
+            wanted = set(hosts)
+            current = [s for s in tx.state.slices.values() if s["host"] in wanted]
+            if sorted(current, key=lambda s: s["id"]) == sorted(slices, key=lambda s: s["id"]):
+                return False
+            tx.append("slices", {"hosts": sorted(wanted), "slices": slices})
+            return True
+
+        return self.write(build)
+
+    def alloc(self, request: Request, *, owner: str, ttl: timedelta | None = None) -> Done:
+        """Hold the best-fitting free slice(s): one record; NothingFits (exit 5) otherwise."""
+
+        def build(tx: Transaction) -> Allocation:
+            chosen = pick(tx.state, request, tx.now)
+            alloc_id = f"a-{tx.next_seq}"
+            expires = format_ts(tx.moment + ttl) if ttl else None
+            tx.append(
+                "alloc",
+                {
+                    "id": alloc_id,
+                    "owner": owner,
+                    "slices": [s["id"] for s in chosen],
+                    "uuids": [s.get("uuid") for s in chosen],
+                    "expires": expires,
+                    "request": request.to_dict(),
+                },
+            )
+            return tx.state.allocations[alloc_id]
+
+        return self.write(build)
+
+    def release(self, alloc_id: str) -> Done:
+        def build(tx: Transaction) -> Allocation:
+            alloc = tx.state.allocations.get(alloc_id)
+            if alloc is None or alloc.expired(tx.now):
+                raise LedgerError(self._not_held(tx.state, alloc_id, alloc))
+            tx.append("release", {"id": alloc_id})
+            return alloc
+
+        return self.write(build)
+
+    def _not_held(self, state: State, alloc_id: str, alloc: Allocation | None) -> str:
+        if alloc is not None:
+            return f"{alloc_id} has expired (at {alloc.expires}); its slices are free already"
+        how = state.closed.get(alloc_id)
+        if how == "release":
+            return f"{alloc_id} was already released"
+        if how == "expiry":
+            return f"{alloc_id} has expired; its slices are free already"
+        snap_seq = self._loaded.snapshot_seq if self._loaded else 0
+        number = alloc_id[2:] if alloc_id.startswith("a-") else ""
+        if number.isdigit() and 0 < int(number) <= snap_seq:
+            return (
+                f"{alloc_id} is not held: released or expired before the last compaction "
+                "(see `gpupoolctl ledger show --all`)"
+            )
+        return f"unknown allocation {alloc_id!r} (see `gpupoolctl pool` for current holds)"
+
+    # -- history, checks, maintenance ------------------------------------------------------
+
+    def history(
+        self,
+        *,
+        since_seq: int | None = None,
+        since_ts: str | None = None,
+        ops: set[str] | None = None,
+        everything: bool = False,
+    ) -> History:
+        """Records, oldest first. Archives are read when `everything` or when `since` reaches
+        back before the last compaction; otherwise only the live journal."""
+        keep = matcher(since_seq, since_ts, ops)
+        out: list[dict[str, Any]] = []
+        warnings: list[str] = []
+        if not self.paths.exists():
+            return History(out, 0, warnings)
+        with self._lock.shared():
+            snap = snapshot.read(self.paths)
+            chosen = archives_needed(snap, since_seq, since_ts, everything)
+            for entry in chosen:
+                read_archive(self.paths, entry, keep, out, warnings)
+            fd = self._open_journal(create=False)
+            if fd is not None:
+                try:
+                    with open(fd, "rb", closefd=False) as stream:
+                        scan = journal.scan(
+                            journal.iter_lines(stream),
+                            last_seq=snap.seq if snap else 0,
+                            snapshot_seq=snap.seq if snap else 0,
+                            on_record=lambda r, _l, _o: out.append(r) if keep(r) else None,
+                        )
+                finally:
+                    os.close(fd)
+                for bad in scan.bad:
+                    warnings.append(f"{self.paths.journal}:{bad.line}: skipped damaged record")
+        skipped = sum(int(e.get("records", 0)) for e in (snap.archives if snap else []))
+        skipped -= sum(int(e.get("records", 0)) for e in chosen)
+        return History(out, skipped, warnings)
+
+    def verify(self, *, deep: bool = False) -> Report:
+        """Check everything under a shared lock; never writes."""
+        if not self.paths.exists():
+            return Report(path=str(self.paths.journal))
+        with self._lock.shared():
+            fd = self._open_journal(create=False)
+            try:
+                try:
+                    loaded = replay.load(self.paths, fd)
+                except LedgerDamaged as exc:
+                    report = Report(path=str(self.paths.journal))
+                    report.problems.append(
+                        Problem("snapshot", str(self.paths.snapshot), exc.detail)
+                    )
+                    return report
+                torn = loaded.size - loaded.scan.torn.offset if loaded.scan.torn else 0
+                return check(self.paths, loaded, torn, deep=deep)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+
+    def compact(self) -> Done:
+        """Snapshot + archive; refuses a damaged journal (repair first)."""
+        with self._exclusive() as (fd, loaded, warnings):
+            if loaded.damaged:
+                raise self.damage_error(loaded)
+            now = format_ts(self.clock())
+            result = snapshot.compact(
+                self.paths, fd, loaded, durable=self.durable, actor=self.actor, now=now
+            )
+            self._loaded = None
+        return Done(result, [], warnings)
+
+    def repair(self) -> Done:
+        """Quarantine damaged lines (and a torn tail), keep every good record."""
+        ensure_folder(self.paths.folder, create=self.is_default)
+        if not self.paths.exists():
+            return Done(RepairResult(), [], [])
+        with self._lock.exclusive():
+            now = format_ts(self.clock())
+            rebuilt = False
+            if not snapshot_readable(self.paths):
+                rebuild_snapshot(self.paths, durable=self.durable, actor=self.actor, now=now)
+                rebuilt = True
+            fd = self._open_journal(create=True)
+            assert fd is not None
+            try:
+                loaded = replay.load(self.paths, fd)
+                result = repair_journal(
+                    self.paths, fd, loaded, durable=self.durable, actor=self.actor, now=now
+                )
+            finally:
+                os.close(fd)
+                self._loaded = None
+        result.snapshot_rebuilt = rebuilt
+        result.repaired = result.repaired or rebuilt
+        return Done(result, [], [])

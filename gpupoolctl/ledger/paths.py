@@ -1,0 +1,92 @@
+"""Where a ledger lives: the journal and the files that sit beside it.
+
+For a journal at P: P.lock (the flock target; never replaced, so compaction can swap the
+journal underneath waiting writers), P.snapshot, P.archive/ (compressed old journals) and
+P.quarantine (damaged lines moved aside by `ledger repair`). Every file is created 0600.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def default_path() -> Path:
+    """~/.local/state/gpupoolctl/ledger.jsonl, or under $XDG_STATE_HOME when it is set."""
+    base = os.environ.get("XDG_STATE_HOME") or ""
+    root = Path(base) if base.strip() else Path.home() / ".local" / "state"
+    return root / "gpupoolctl" / "ledger.jsonl"
+
+
+@dataclass(frozen=True)
+class LedgerPaths:
+    journal: Path
+
+    @property
+    def lock(self) -> Path:
+        return self.journal.with_name(self.journal.name + ".lock")
+
+    @property
+    def snapshot(self) -> Path:
+        return self.journal.with_name(self.journal.name + ".snapshot")
+
+    @property
+    def archive_dir(self) -> Path:
+        return self.journal.with_name(self.journal.name + ".archive")
+
+    @property
+    def quarantine(self) -> Path:
+        return self.journal.with_name(self.journal.name + ".quarantine")
+
+    @property
+    def folder(self) -> Path:
+        return self.journal.parent
+
+    def exists(self) -> bool:
+        return self.journal.exists() or self.snapshot.exists()
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename or a new file in `folder` durable."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def ensure_folder(folder: Path, *, create: bool) -> None:
+    """The default folder is created (0700); a folder the user named must already exist."""
+    if folder.is_dir():
+        return
+    if not create:
+        from gpupoolctl.ledger.errors import LedgerError
+
+        raise LedgerError(f"ledger folder {folder} does not exist")
+    folder.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+
+
+def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
+    """temp file, fsync, rename over `path`, fsync the folder: readers see old or new, never
+    half (and after a crash, one of the two survives)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        if durable:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    if durable:
+        fsync_dir(path.parent)

@@ -1,0 +1,117 @@
+"""Snapshot + journal -> State, and keeping that up to date cheaply.
+
+A long-lived process (a scheduler, the benchmark) re-reads only the bytes appended since its
+last look; a full reload happens when the journal or snapshot was replaced (compaction,
+repair) or when damage was seen.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from gpupoolctl.ledger import journal, snapshot
+from gpupoolctl.ledger.paths import LedgerPaths
+from gpupoolctl.ledger.state import State
+
+Ident = tuple[Any, ...]
+
+
+@dataclass
+class Loaded:
+    state: State
+    snap: snapshot.Snapshot | None
+    scan: journal.Scan
+    ident: Ident
+    size: int
+
+    @property
+    def snapshot_seq(self) -> int:
+        return self.snap.seq if self.snap else 0
+
+    def undeclared_gaps(self) -> list[journal.Gap]:
+        return self.scan.undeclared_gaps()
+
+    @property
+    def damaged(self) -> bool:
+        return bool(self.scan.bad or self.undeclared_gaps())
+
+
+def _ident(paths: LedgerPaths, fd: int | None) -> tuple[Ident, int]:
+    if fd is None:
+        journal_part: Ident = (None,)
+        size = 0
+    else:
+        st = os.fstat(fd)
+        journal_part, size = (st.st_dev, st.st_ino), st.st_size
+    try:
+        snap = os.stat(paths.snapshot)
+        snap_part: Ident = (snap.st_ino, snap.st_mtime_ns, snap.st_size)
+    except FileNotFoundError:
+        snap_part = (None,)
+    return (*journal_part, *snap_part), size
+
+
+def load(paths: LedgerPaths, fd: int | None) -> Loaded:
+    """Read everything: the snapshot (LedgerDamaged if its checksum fails) and the journal."""
+    ident, size = _ident(paths, fd)
+    snap = snapshot.read(paths)
+    state = State.from_dict(snap.state) if snap else State()
+    base = snap.seq if snap else 0
+    if fd is None:
+        scan = journal.Scan(end=0, lines=0, last_seq=base)
+    else:
+        with open(fd, "rb", closefd=False) as stream:
+            stream.seek(0)
+            scan = journal.scan(
+                journal.iter_lines(stream),
+                last_seq=base,
+                snapshot_seq=base,
+                on_record=lambda record, _line, _offset: state.apply(record),
+            )
+    return Loaded(state=state, snap=snap, scan=scan, ident=ident, size=size)
+
+
+def refresh(loaded: Loaded | None, paths: LedgerPaths, fd: int | None) -> Loaded:
+    """Bring `loaded` up to date with the files, reading only what was appended if possible."""
+    ident, size = _ident(paths, fd)
+    if (
+        loaded is None
+        or fd is None
+        or ident != loaded.ident
+        or size < loaded.scan.end
+        or loaded.damaged
+    ):
+        return load(paths, fd)
+    if size == loaded.scan.end:
+        loaded.scan.torn = None
+        loaded.size = size
+        return loaded
+    state = loaded.state
+    with open(fd, "rb", closefd=False) as stream:
+        stream.seek(loaded.scan.end)
+        more = journal.scan(
+            journal.iter_lines(stream, loaded.scan.end),
+            start=loaded.scan.end,
+            line0=loaded.scan.lines,
+            last_seq=loaded.scan.last_seq,
+            snapshot_seq=loaded.snapshot_seq,
+            on_record=lambda record, _line, _offset: state.apply(record),
+        )
+    old = loaded.scan
+    old.declared.extend(more.declared)
+    old.bad.extend(more.bad)
+    old.gaps.extend(more.gaps)
+    old.torn = more.torn
+    old.records += more.records
+    if old.first_offset is None:
+        old.first_offset, old.first_seq, old.first_ts = (
+            more.first_offset,
+            more.first_seq,
+            more.first_ts,
+        )
+    old.last_ts = more.last_ts or old.last_ts
+    old.end, old.lines, old.last_seq = more.end, more.lines, more.last_seq
+    loaded.size = size
+    return loaded

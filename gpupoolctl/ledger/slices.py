@@ -1,0 +1,85 @@
+"""Slices from node facts: what can be handed to one holder.
+
+- a whole GPU (MIG off or not capable, AMD SPX, no SR-IOV VFs):  host/gpu3
+- a MIG GPU instance (the unit of memory isolation):             host/gpu6/mig-1g.10gb@0
+- an AMD compute partition (each is a logical GPU in facts):      host/gpu12 (kind partition)
+- an SR-IOV virtual function:                                     host/gpu0/vf2
+
+Ids are stable: they name the GPU, the profile and the placement, so the same physical slice
+gets the same id at every refresh and a re-partitioned GPU gets new ids (old holds then show
+up in `ledger verify`). `uuid` is the identity of the instance behind the id: a GI destroyed
+and re-created at the same place has a new MIG uuid, and that too ends a hold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+KINDS = ("gpu", "mig", "partition", "vf")
+
+
+def slices_from_facts(host: str, facts: dict[str, Any]) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for gpu in facts.get("gpus", []):
+        found.extend(_gpu_slices(host, gpu))
+    return found
+
+
+def _gpu_slices(host: str, gpu: dict[str, Any]) -> list[dict[str, Any]]:
+    base = f"{host}/gpu{gpu['index']}"
+    common = {
+        "host": host,
+        "gpu": gpu["index"],
+        "gpu_uuid": gpu.get("uuid"),
+        "vendor": gpu.get("vendor"),
+        "model": gpu.get("model"),
+        "bandwidth_class": gpu.get("bandwidth_class"),
+    }
+    total = gpu.get("memory_total_mib") or 0
+    mig = gpu.get("mig") or {}
+    if mig.get("mode") == "enabled":
+        # MIG on: only the GPU instances can be handed out, never the GPU itself.
+        slices = []
+        for gi in sorted(mig.get("instances", []), key=lambda g: g["placement_start"]):
+            devices = [ci["uuid"] for ci in gi.get("compute_instances", []) if ci.get("uuid")]
+            slices.append(
+                {
+                    "id": f"{base}/mig-{gi['profile']}@{gi['placement_start']}",
+                    "kind": "mig",
+                    "profile": gi["profile"],
+                    "memory_mib": gi.get("memory_mib") or 0,
+                    "uuid": devices[0] if devices else f"{gpu.get('uuid')}/gi{gi['gi_id']}",
+                    "devices": devices,
+                    **common,
+                }
+            )
+        return slices
+    sriov = gpu.get("sriov") or {}
+    vfs = int(sriov.get("num_vfs") or 0)
+    if vfs > 0:
+        return [
+            {
+                "id": f"{base}/vf{k}",
+                "kind": "vf",
+                "profile": f"vf/{vfs}",
+                "memory_mib": total // vfs,
+                "uuid": f"{gpu.get('uuid')}/vf{k}",
+                "devices": [],
+                **common,
+            }
+            for k in range(vfs)
+        ]
+    partition = gpu.get("partition") or {}
+    compute = partition.get("compute")
+    split = compute not in (None, "SPX")
+    return [
+        {
+            "id": base,
+            "kind": "partition" if split else "gpu",
+            "profile": f"{compute}/{partition.get('memory')}" if split else None,
+            "memory_mib": total,
+            "uuid": gpu.get("uuid"),
+            "devices": [gpu["uuid"]] if gpu.get("uuid") else [],
+            **common,
+        }
+    ]

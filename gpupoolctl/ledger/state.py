@@ -1,0 +1,237 @@
+"""The in-memory model that replaying records builds: slices, allocations, jobs, the queue.
+
+`apply` is total: a record that contradicts the state (a slice taken twice, a release of an
+unknown allocation) is applied as far as it makes sense and noted in `problems`, so replay
+never fails and `ledger verify` can say exactly where history went wrong.
+Times are the journal's fixed-width UTC strings, so comparing them as text is comparing times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+OPS = ("slices", "alloc", "release", "expire", "enqueue", "dequeue", "job", "repair")
+JOB_STATES = ("pending", "running", "done", "failed", "cancelled")
+JOB_TERMINAL = frozenset({"done", "failed", "cancelled"})
+
+
+@dataclass
+class Allocation:
+    id: str
+    owner: str
+    slices: list[str]
+    uuids: list[str | None]  # identity of each slice when taken: a changed uuid means gone
+    created: str
+    expires: str | None
+    seq: int
+    actor: str
+    request: dict[str, Any] = field(default_factory=dict)
+
+    def expired(self, now: str) -> bool:
+        return self.expires is not None and self.expires <= now
+
+
+@dataclass
+class State:
+    seq: int = 0
+    slices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    allocations: dict[str, Allocation] = field(default_factory=dict)
+    holders: dict[str, str] = field(default_factory=dict)  # slice id -> allocation id
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queue: dict[str, dict[str, Any]] = field(default_factory=dict)
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    # Allocations closed since the snapshot: lets `release` say "already released" precisely.
+    # Not part of the snapshot (it would grow with history) nor of equality.
+    closed: dict[str, str] = field(default_factory=dict)
+
+    # -- replay ---------------------------------------------------------------------------
+
+    def apply(self, record: dict[str, Any]) -> None:
+        seq = record["seq"]
+        handler = _HANDLERS.get(record["op"])
+        if handler is None:
+            self._problem(seq, f"unknown op {record['op']!r} (written by a newer gpupoolctl?)")
+        else:
+            try:
+                handler(self, record)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                self._problem(seq, f"malformed {record['op']} record: {exc!r}")
+        self.seq = seq
+
+    def _problem(self, seq: int, message: str) -> None:
+        self.problems.append({"seq": seq, "message": message})
+
+    def _slices(self, record: dict[str, Any]) -> None:
+        data = record["data"]
+        hosts = set(data["hosts"])
+        kept = {k: v for k, v in self.slices.items() if v["host"] not in hosts}
+        for entry in data["slices"]:
+            kept[entry["id"]] = dict(entry)
+        self.slices = kept
+
+    def _alloc(self, record: dict[str, Any]) -> None:
+        data = record["data"]
+        seq = record["seq"]
+        alloc_id = str(data["id"])
+        if alloc_id in self.allocations:
+            self._problem(seq, f"allocation {alloc_id} recorded twice")
+            return
+        slices = [str(s) for s in data["slices"]]
+        uuids = list(data.get("uuids") or [None] * len(slices))
+        for slice_id in slices:
+            if slice_id not in self.slices:
+                self._problem(seq, f"{alloc_id} takes unknown slice {slice_id}")
+            holder = self.holders.get(slice_id)
+            if holder is not None:
+                self._problem(seq, f"{alloc_id} takes {slice_id}, already held by {holder}")
+            else:
+                self.holders[slice_id] = alloc_id
+        self.allocations[alloc_id] = Allocation(
+            id=alloc_id,
+            owner=str(data["owner"]),
+            slices=slices,
+            uuids=uuids,
+            created=record["ts"],
+            expires=data.get("expires"),
+            seq=seq,
+            actor=record["actor"],
+            request=dict(data.get("request") or {}),
+        )
+
+    def _close(self, seq: int, alloc_id: str, how: str) -> None:
+        alloc = self.allocations.pop(alloc_id, None)
+        if alloc is None:
+            self._problem(seq, f"{how} of {alloc_id}, which is not held")
+            return
+        for slice_id in alloc.slices:
+            if self.holders.get(slice_id) == alloc_id:
+                del self.holders[slice_id]
+        self.closed[alloc_id] = how
+
+    def _release(self, record: dict[str, Any]) -> None:
+        self._close(record["seq"], str(record["data"]["id"]), "release")
+
+    def _expire(self, record: dict[str, Any]) -> None:
+        for alloc_id in record["data"]["ids"]:
+            self._close(record["seq"], str(alloc_id), "expiry")
+
+    def _enqueue(self, record: dict[str, Any]) -> None:
+        data = record["data"]
+        entry_id = str(data["id"])
+        if entry_id in self.queue:
+            self._problem(record["seq"], f"queue entry {entry_id} enqueued twice")
+        self.queue[entry_id] = {
+            "id": entry_id,
+            "owner": str(data["owner"]),
+            "priority": int(data.get("priority", 0)),
+            "request": dict(data.get("request") or {}),
+            "job": data.get("job"),
+            "seq": record["seq"],
+            "ts": record["ts"],
+        }
+
+    def _dequeue(self, record: dict[str, Any]) -> None:
+        entry_id = str(record["data"]["id"])
+        if self.queue.pop(entry_id, None) is None:
+            self._problem(record["seq"], f"dequeue of {entry_id}, which is not queued")
+
+    def _job(self, record: dict[str, Any]) -> None:
+        data = record["data"]
+        job_id = str(data["id"])
+        status = str(data["state"])
+        if status not in JOB_STATES:
+            self._problem(record["seq"], f"job {job_id}: unknown state {status!r}")
+            return
+        job = self.jobs.get(job_id) or {"id": job_id, "created": record["ts"]}
+        job.update({k: v for k, v in data.items() if k != "id"})
+        job["updated"] = record["ts"]
+        if status in JOB_TERMINAL:
+            self.jobs.pop(job_id, None)  # finished jobs are history, not state
+        else:
+            self.jobs[job_id] = job
+
+    def _repair(self, record: dict[str, Any]) -> None:
+        """Only declares the gaps it left; the journal layer reads them."""
+
+    # -- queries --------------------------------------------------------------------------
+
+    def active(self, now: str) -> dict[str, Allocation]:
+        """Allocations that hold their slices at `now` (expired ones are free already)."""
+        return {k: a for k, a in self.allocations.items() if not a.expired(now)}
+
+    def expired(self, now: str) -> list[str]:
+        return [k for k, a in self.allocations.items() if a.expired(now)]
+
+    def holder(self, slice_id: str, now: str) -> Allocation | None:
+        alloc_id = self.holders.get(slice_id)
+        alloc = self.allocations.get(alloc_id) if alloc_id else None
+        return alloc if alloc is not None and not alloc.expired(now) else None
+
+    def free_slices(self, now: str) -> list[dict[str, Any]]:
+        return [s for k, s in self.slices.items() if self.holder(k, now) is None]
+
+    def queue_order(self) -> list[dict[str, Any]]:
+        """Highest priority first, then first come first served."""
+        return sorted(self.queue.values(), key=lambda e: (-e["priority"], e["seq"]))
+
+    def orphans(self) -> list[tuple[Allocation, str]]:
+        """Holds on slices that no longer exist (or were re-created: another uuid)."""
+        found: list[tuple[Allocation, str]] = []
+        for alloc in self.allocations.values():
+            for index, slice_id in enumerate(alloc.slices):
+                current = self.slices.get(slice_id)
+                uuid = alloc.uuids[index] if index < len(alloc.uuids) else None
+                if current is None or (uuid is not None and current.get("uuid") != uuid):
+                    found.append((alloc, slice_id))
+        return found
+
+    def double_holds(self) -> dict[str, list[str]]:
+        owners: dict[str, list[str]] = {}
+        for alloc in self.allocations.values():
+            for slice_id in alloc.slices:
+                owners.setdefault(slice_id, []).append(alloc.id)
+        return {k: v for k, v in owners.items() if len(v) > 1}
+
+    # -- snapshot form --------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "slices": list(self.slices.values()),
+            "allocations": [asdict(a) for a in self.allocations.values()],
+            "jobs": list(self.jobs.values()),
+            "queue": list(self.queue.values()),
+            "problems": list(self.problems),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> State:
+        state = cls(seq=int(raw["seq"]))
+        state.slices = {s["id"]: dict(s) for s in raw["slices"]}
+        for entry in raw["allocations"]:
+            alloc = Allocation(**entry)
+            state.allocations[alloc.id] = alloc
+            for slice_id in alloc.slices:
+                state.holders.setdefault(slice_id, alloc.id)
+        state.jobs = {j["id"]: dict(j) for j in raw["jobs"]}
+        state.queue = {q["id"]: dict(q) for q in raw["queue"]}
+        state.problems = [dict(p) for p in raw.get("problems", [])]
+        return state
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, State) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_HANDLERS = {
+    "slices": State._slices,
+    "alloc": State._alloc,
+    "release": State._release,
+    "expire": State._expire,
+    "enqueue": State._enqueue,
+    "dequeue": State._dequeue,
+    "job": State._job,
+    "repair": State._repair,
+}

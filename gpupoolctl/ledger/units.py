@@ -1,0 +1,77 @@
+"""Durations (`8h`, `1h30m`) and memory sizes (`10gb`, `40GiB`, `512mib`) as users type them."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from gpupoolctl.errors import UsageError
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.IGNORECASE)
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+# gb/mb are decimal like MIG profile names ("1g.10gb" holds 9984 MiB, which is >= 10 GB);
+# gib/mib binary. A bare number means GB, the unit people read off profile names.
+_MEMORY_UNITS = {
+    "": 10**9,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
+    "t": 10**12,
+}
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+def parse_duration(text: str) -> timedelta:
+    """'90s', '30m', '8h', '2d', '1h30m' -> timedelta (> 0)."""
+    compact = text.strip().replace(" ", "")
+    parts = _DURATION_PART.findall(compact)
+    if not compact or "".join(n + u for n, u in parts).lower() != compact.lower():
+        raise UsageError(f"bad duration {text!r}: use e.g. 90s, 30m, 8h, 2d or 1h30m")
+    seconds = sum(float(n) * _SECONDS[u.lower()] for n, u in parts)
+    if seconds <= 0:
+        raise UsageError(f"bad duration {text!r}: must be more than zero")
+    return timedelta(seconds=seconds)
+
+
+def parse_memory_mib(text: str) -> int:
+    """'10gb' -> 9537 MiB (rounded up); '40GiB' -> 40960; '512mib' -> 512."""
+    match = _MEMORY.match(text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _MEMORY_UNITS:
+        raise UsageError(f"bad memory size {text!r}: use e.g. 10gb, 40GiB or 512MiB")
+    size = float(match.group(1)) * _MEMORY_UNITS[unit]
+    mib = -(-int(size) // 2**20)
+    if mib <= 0:
+        raise UsageError(f"bad memory size {text!r}: must be more than zero")
+    return mib
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def format_ts(moment: datetime) -> str:
+    """Fixed-width UTC ISO-8601 with milliseconds and 'Z': sorts and compares as text."""
+    moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def parse_ts(text: str) -> datetime:
+    """An ISO-8601 time; a time without zone is taken as UTC."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("z", "Z"))
+    except ValueError:
+        raise UsageError(f"bad time {text!r}: use ISO-8601, e.g. 2025-06-01T12:00:00Z") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)

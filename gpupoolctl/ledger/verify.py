@@ -1,0 +1,138 @@
+"""`ledger verify`: checksums, sequence, batches, and the invariants of the state."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpupoolctl.ledger import replay
+from gpupoolctl.ledger.history import read_archive
+from gpupoolctl.ledger.paths import LedgerPaths
+from gpupoolctl.ledger.snapshot import archive_path
+
+
+@dataclass
+class Problem:
+    kind: str  # damaged | gap | torn | snapshot | history | double-hold | orphan | archive
+    where: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "where": self.where, "message": self.message}
+
+
+@dataclass
+class Report:
+    path: str
+    seq: int = 0
+    snapshot_seq: int = 0
+    journal_records: int = 0
+    archives: int = 0
+    slices: int = 0
+    allocations: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "path": self.path,
+            "seq": self.seq,
+            "snapshot_seq": self.snapshot_seq,
+            "journal_records": self.journal_records,
+            "archives": self.archives,
+            "slices": self.slices,
+            "allocations": self.allocations,
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+def check(paths: LedgerPaths, loaded: replay.Loaded, torn_size: int, *, deep: bool) -> Report:
+    where = str(paths.journal)
+    state = loaded.state
+    report = Report(
+        path=where,
+        seq=state.seq,
+        snapshot_seq=loaded.snapshot_seq,
+        journal_records=loaded.scan.records,
+        archives=len(loaded.snap.archives) if loaded.snap else 0,
+        slices=len(state.slices),
+        allocations=len(state.allocations),
+    )
+    add = report.problems.append
+    for bad in loaded.scan.bad:
+        add(Problem("damaged", f"{where}:{bad.line}", bad.reason))
+    for gap in loaded.undeclared_gaps():
+        add(Problem("gap", f"{where}:{gap.line}", f"records {gap.first}..{gap.last} missing"))
+    torn = loaded.scan.torn
+    if torn is not None:
+        add(
+            Problem(
+                "torn",
+                f"{where}:{torn.line}",
+                f"{torn.reason} ({torn_size} bytes) left by an interrupted writer; "
+                "the next write removes it",
+            )
+        )
+    for problem in state.problems:
+        add(Problem("history", f"seq {problem['seq']}", problem["message"]))
+    for slice_id, holders in sorted(state.double_holds().items()):
+        add(Problem("double-hold", slice_id, f"held by {', '.join(holders)} at once"))
+    for alloc, slice_id in state.orphans():
+        add(
+            Problem(
+                "orphan",
+                alloc.id,
+                f"{alloc.id} ({alloc.owner}) holds {slice_id}, which no longer exists "
+                "(partition changed?); release it",
+            )
+        )
+    if deep and loaded.snap is not None:
+        _check_archives(paths, loaded, report)
+    return report
+
+
+def _check_archives(paths: LedgerPaths, loaded: replay.Loaded, report: Report) -> None:
+    assert loaded.snap is not None
+    expected_first = None
+    for entry in loaded.snap.archives:
+        target = archive_path(paths, entry)
+        if not target.exists():
+            report.problems.append(Problem("archive", str(target), "archive file is missing"))
+            continue
+        digest = hashlib.sha256(target.read_bytes()).hexdigest()
+        if digest != entry.get("sha256"):
+            report.problems.append(Problem("archive", str(target), "sha256 mismatch"))
+        warnings: list[str] = []
+        scan = read_archive(paths, entry, lambda _r: False, [], warnings)
+        for text in warnings:
+            report.problems.append(Problem("archive", str(target), text))
+        if scan is None:
+            continue
+        if scan.torn is not None:
+            report.problems.append(Problem("archive", str(target), "ends in a torn line"))
+        for gap in scan.undeclared_gaps():
+            report.problems.append(
+                Problem("gap", f"{target}:{gap.line}", f"records {gap.first}..{gap.last} missing")
+            )
+        if expected_first is not None and entry["first_seq"] != expected_first:
+            report.problems.append(
+                Problem(
+                    "archive",
+                    str(target),
+                    f"starts at seq {entry['first_seq']}, expected {expected_first}",
+                )
+            )
+        if scan.last_seq != entry["last_seq"]:
+            report.problems.append(
+                Problem(
+                    "archive",
+                    str(target),
+                    f"ends at seq {scan.last_seq}, snapshot says {entry['last_seq']}",
+                )
+            )
+        expected_first = entry["last_seq"] + 1
