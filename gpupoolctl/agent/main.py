@@ -39,6 +39,10 @@ def _dispatch(request: dict[str, Any]) -> Any:
 
         # The CLI tools of a real node must not leak into a simulated one.
         return facts.collect(host, simulated=bool(sim), allow_cli=not sim)
+    if verb == "partition":
+        from gpupoolctl.agent import partition
+
+        return partition.handle(request.get("args"))
     raise AgentError(f"unknown verb {verb!r}", "BadRequest")
 
 

@@ -94,6 +94,8 @@ class NvmlDriver:
         self._bus_ids: list[str | None] = []
         self._gpus: list[dict[str, Any]] | None = None
         self._mig_cache: dict[int, list[tuple[Any, int | None, int | None]]] = {}
+        # Run-time MIG profile tables, read once per (PCI device id, NVML struct version).
+        self._profile_cache: dict[tuple[str, int], list[dict[str, Any]]] = {}
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -126,6 +128,7 @@ class NvmlDriver:
     def gpus(self) -> list[dict[str, Any]]:
         if self._gpus is None:
             self._gpus = [self._gpu(index, handle) for index, handle in self._handles]
+            _share_profile_names(self._gpus)
             self._bus_ids = [g["pci_bus_id"].lower() or None for g in self._gpus]
         return self._gpus
 
@@ -160,7 +163,7 @@ class NvmlDriver:
         cc = self._get(where, nvml.nvmlDeviceGetCudaComputeCapability, h)
         util = self._get(where, nvml.nvmlDeviceGetUtilizationRates, h)
         bandwidth = self._bandwidth(where, h)
-        mig = self._mig(where, h)
+        mig = self._mig(where, h, f"0x{pci.pciDeviceId:08X}" if pci is not None else str(index))
         return {
             "index": index,
             "vendor": "nvidia",
@@ -214,7 +217,7 @@ class NvmlDriver:
 
     # --- MIG ------------------------------------------------------------------------------
 
-    def _mig(self, where: str, h: Any) -> dict[str, Any]:
+    def _mig(self, where: str, h: Any, model_key: str) -> dict[str, Any]:
         nvml = self._nvml
         modes = self._get(where, nvml.nvmlDeviceGetMigMode, h)
         if modes is None:
@@ -226,7 +229,64 @@ class NvmlDriver:
             "mode": "enabled" if enabled else "disabled",
             "pending": "enabled" if pending == nvml.NVML_DEVICE_MIG_ENABLE else "disabled",
             "instances": self._gpu_instances(where, h) if enabled else [],
+            "profiles": self._mig_profiles(where, h, model_key, enabled),
         }
+
+    def _mig_profiles(
+        self, where: str, h: Any, model_key: str, enabled: bool
+    ) -> list[dict[str, Any]]:
+        """The GPU instance profiles this driver offers on this card, with their placements.
+
+        On real hardware these win over the catalog (ids, sizes and placements vary by device
+        and driver). Version 1 of the profile query works with MIG off but carries no name;
+        version 2 has the name but needs MIG on (nvml.h). Names missing here are filled in by
+        _share_profile_names.
+        """
+        nvml = self._nvml
+        version = 2 if enabled else 1
+        key = (model_key, version)
+        if key in self._profile_cache:
+            return [dict(p, placements=list(p["placements"])) for p in self._profile_cache[key]]
+        out = []
+        for index in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            info = self._get(where, nvml.nvmlDeviceGetGpuInstanceProfileInfo, h, index, version)
+            if info is None or not info.instanceCount:
+                continue
+            starts, size = self._placements(where, h, int(info.id))
+            raw_name = getattr(info, "name", None)
+            out.append(
+                {
+                    "name": _profile_name(raw_name) if raw_name else None,
+                    "id": int(info.id),
+                    "slices": int(info.sliceCount),
+                    "memory_mib": int(info.memorySizeMB),
+                    "sm_count": int(info.multiprocessorCount),
+                    "max_instances": int(info.instanceCount),
+                    "placements": starts,
+                    "size": size,
+                }
+            )
+        self._profile_cache[key] = out
+        return [dict(p, placements=list(p["placements"])) for p in out]
+
+    def _placements(self, where: str, h: Any, profile_id: int) -> tuple[list[int], int | None]:
+        nvml = self._nvml
+        # One call with room to spare: the most placements known is 8 slots (12 on RTX PRO).
+        array = (nvml.c_nvmlGpuInstancePlacement_t * 32)()
+        count = ctypes.c_uint(32)
+        done = self._get(
+            where,
+            nvml.nvmlDeviceGetGpuInstancePossiblePlacements,
+            h,
+            profile_id,
+            array,
+            ctypes.byref(count),
+        )
+        if done is None:
+            return [], None
+        placements = [array[i] for i in range(count.value)]
+        sizes = {int(p.size) for p in placements}
+        return [int(p.start) for p in placements], (sizes.pop() if len(sizes) == 1 else None)
 
     def _gpu_instances(self, where: str, h: Any) -> list[dict[str, Any]]:
         nvml = self._nvml
@@ -410,6 +470,37 @@ class NvmlDriver:
                 if i != j:
                     counts[i][j] = max(direct[i][j], direct[j][i]) + min(switched[i], switched[j])
         return counts
+
+
+def _share_profile_names(gpus: list[dict[str, Any]]) -> None:
+    """Name the profiles read without MIG (NVML gives no name then): from a GPU of the same
+    model read with MIG on, else from the catalog by id. `name_source` says which."""
+    from gpupoolctl.hw import catalog
+
+    names: dict[tuple[str, int], str] = {}
+    for gpu in gpus:
+        for profile in (gpu.get("mig") or {}).get("profiles") or []:
+            if profile["name"]:
+                profile["name_source"] = "driver"
+                names[(gpu["pci_device_id"], profile["id"])] = profile["name"]
+    for gpu in gpus:
+        profiles = [p for p in (gpu.get("mig") or {}).get("profiles") or [] if not p["name"]]
+        if not profiles:
+            continue
+        try:
+            model = catalog.find_nvidia_model(gpu["pci_device_id"] or None, gpu["model"])
+        except catalog.CatalogError:
+            model = None
+        geometry = model.mig if model is not None else None
+        for profile in profiles:
+            shared = names.get((gpu["pci_device_id"], profile["id"]))
+            known = geometry.by_id(profile["id"]) if geometry is not None else None
+            if shared:
+                profile.update(name=shared, name_source="driver")
+            elif known is not None:
+                profile.update(name=known.name, name_source="catalog")
+            else:
+                profile["name_source"] = None
 
 
 def _instance_id(raw: Any, hint: int | None) -> int | None:
