@@ -59,8 +59,11 @@ class State:
                 self._problem(seq, f"malformed {record['op']} record: {exc!r}")
         self.seq = seq
 
-    def _problem(self, seq: int, message: str) -> None:
-        self.problems.append({"seq": seq, "message": message})
+    def _problem(self, seq: int, message: str, alloc_id: str | None = None) -> None:
+        problem: dict[str, Any] = {"seq": seq, "message": message}
+        if alloc_id is not None:
+            problem["alloc"] = alloc_id
+        self.problems.append(problem)
 
     def _slices(self, record: dict[str, Any]) -> None:
         data = record["data"]
@@ -102,7 +105,7 @@ class State:
     def _close(self, seq: int, alloc_id: str, how: str) -> None:
         alloc = self.allocations.pop(alloc_id, None)
         if alloc is None:
-            self._problem(seq, f"{how} of {alloc_id}, which is not held")
+            self._problem(seq, f"{how} of {alloc_id}, which is not held", alloc_id)
             return
         for slice_id in alloc.slices:
             if self.holders.get(slice_id) == alloc_id:
@@ -152,7 +155,15 @@ class State:
             self.jobs[job_id] = job
 
     def _repair(self, record: dict[str, Any]) -> None:
-        """Only declares the gaps it left; the journal layer reads them."""
+        """A repair declares the seqs lost to damage. Closing an allocation whose record was
+        lost is an expected consequence, not a new problem: forget those."""
+        lost = [(int(a), int(b)) for a, b in record["data"].get("gaps", [])]
+
+        def explained(problem: dict[str, Any]) -> bool:
+            number = str(problem.get("alloc") or "").removeprefix("a-")
+            return number.isdigit() and any(a <= int(number) <= b for a, b in lost)
+
+        self.problems = [p for p in self.problems if not explained(p)]
 
     # -- queries --------------------------------------------------------------------------
 

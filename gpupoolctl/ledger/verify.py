@@ -66,7 +66,10 @@ def check(paths: LedgerPaths, loaded: replay.Loaded, torn_size: int, *, deep: bo
     add = report.problems.append
     for bad in loaded.scan.bad:
         add(Problem("damaged", f"{where}:{bad.line}", bad.reason))
+    damaged_seqs = [b.seq for b in loaded.scan.bad if b.seq is not None]
     for gap in loaded.undeclared_gaps():
+        if any(gap.first <= seq <= gap.last for seq in damaged_seqs):
+            continue  # the damaged line above is where those records went
         add(Problem("gap", f"{where}:{gap.line}", f"records {gap.first}..{gap.last} missing"))
     torn = loaded.scan.torn
     if torn is not None:
