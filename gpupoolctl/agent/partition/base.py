@@ -43,7 +43,9 @@ def describe(op: dict[str, Any]) -> str:
     """An op in a few words, for messages: "create_gi 3g.40gb@4:4"."""
     name = op.get("op")
     if name == "create_gi":
-        return f"create_gi {op['profile']}@{op['start']}:{op['size']}"
+        text = f"create_gi {op['profile']}@{op['start']}:{op['size']}"
+        cis = op.get("compute_instances")
+        return text + (f" with {', '.join(cis)}" if cis else "")
     if name == "destroy_gi":
         return f"destroy_gi {op['gi']}"
     if name == "destroy_ci":

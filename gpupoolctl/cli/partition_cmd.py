@@ -1,0 +1,456 @@
+"""`gpupoolctl partition`: MIG, AMD compute/memory partitions and SR-IOV, declaratively.
+
+Exit codes: 0 done (or nothing to do); 1 a spec or hooks file is wrong (nothing changed);
+2 usage (e.g. apply without --yes when not on a terminal); 3 some hosts were unreachable or
+some GPUs failed (and were rolled back); 4 (assert) the layout does not hold.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from gpupoolctl.cli import partition_view as view
+from gpupoolctl.cli.console import error, notice, warn
+from gpupoolctl.cli.partition_fanout import HostFacts, gather, send_each
+from gpupoolctl.cli.render import Column, emit
+from gpupoolctl.cli.settings import OutputFormat, Settings
+from gpupoolctl.errors import ExitCode
+
+if TYPE_CHECKING:
+    from gpupoolctl.partition import HostPlan
+
+app = typer.Typer(
+    help="Partition GPUs: MIG, AMD compute/memory partitions, SR-IOV (mig-parted v1 files).",
+    no_args_is_help=True,
+)
+
+SpecFile = Annotated[
+    Path,
+    typer.Option(
+        "-f", "--file", help="Layout file: mig-parted v1 config plus gpupoolctl's additions."
+    ),
+]
+Label = Annotated[str, typer.Option("-c", "--config", help="The mig-configs label to use.")]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+Force = Annotated[
+    bool, typer.Option("--force", help="Act on GPUs even when processes run on them.")
+]
+HooksFile = Annotated[
+    Path | None,
+    typer.Option("--hooks", "-k", help="Hooks file (mig-parted hooks v1, or argv lists)."),
+]
+
+
+def _unreachable(hosts: list[HostFacts]) -> list[HostFacts]:
+    down = [h for h in hosts if not h.ok]
+    for host in down:
+        warn(f"{host.name}: {host.result.outcome}: {host.result.error}")
+    return down
+
+
+def _host_entry(host: HostFacts) -> dict[str, Any]:
+    return {"name": host.name, "outcome": host.result.outcome, "error": host.result.error}
+
+
+def _plans(spec_file: Path, label: str, hosts: list[HostFacts]) -> tuple[Any, list[HostPlan]]:
+    from gpupoolctl.partition import load_spec, plan_host
+
+    spec = load_spec(spec_file)
+    spec.config(label)  # an unknown label is an error before any host is asked
+    return spec, [plan_host(spec, label, h.name, h.host.groups, h.facts) for h in hosts if h.ok]
+
+
+def _load_spec_first(spec_file: Path, label: str) -> None:
+    """Read the file before contacting any host: a typo costs nothing."""
+    from gpupoolctl.partition import load_spec
+
+    load_spec(spec_file).config(label)
+
+
+# --- profiles / show ----------------------------------------------------------------------
+
+
+@app.command("profiles")
+def profiles(
+    ctx: typer.Context,
+    model: Annotated[
+        str | None, typer.Option("--model", "-m", help="Only this model (catalog key or name).")
+    ] = None,
+) -> None:
+    """What each card can be cut into: the catalog, or with -l the nodes' own drivers.
+
+    With hosts selected by -l/--limit, every MIG GPU's profile table is read from its driver
+    (it wins over the catalog on real hardware) and each difference from the catalog is
+    reported.
+    """
+    settings: Settings = ctx.obj
+    if settings.limit is None:
+        from gpupoolctl.partition import profile_rows
+
+        rows = profile_rows(model)
+        emit(
+            settings,
+            data={"source": "catalog", "profiles": rows},
+            rows=rows,
+            columns=view.PROFILE_COLUMNS,
+        )
+        return
+    from gpupoolctl.cli.partition_profiles import compare
+
+    _, hosts = gather(settings)
+    rows, differences = compare(hosts, model)
+    data = {
+        "source": "driver",
+        "hosts": [_host_entry(h) for h in hosts],
+        "profiles": rows,
+        "differences": differences,
+    }
+    emit(settings, data=data, rows=rows, columns=view.HOST_PROFILE_COLUMNS)
+    if settings.resolved_output() is OutputFormat.table:
+        for line in differences:
+            warn(f"differs from the catalog: {line}")
+        if not rows:
+            notice("no MIG-capable GPU on the selected hosts", quiet=settings.quiet)
+    if _unreachable(hosts):
+        raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+@app.command("show")
+def show(ctx: typer.Context) -> None:
+    """Current slices on every selected GPU: MIG instances and placements, AMD modes, VFs."""
+    from gpupoolctl.cli.facts_view import partition_text
+
+    settings: Settings = ctx.obj
+    _, hosts = gather(settings)
+    rows = []
+    documents = []
+    for host in hosts:
+        gpus = host.facts.get("gpus") or []
+        documents.append(
+            {
+                **_host_entry(host),
+                "gpus": [
+                    {
+                        key: gpu.get(key)
+                        for key in ("index", "uuid", "model", "vendor", "mig", "partition", "sriov")
+                    }
+                    for gpu in gpus
+                ],
+            }
+        )
+        for gpu in gpus:
+            rows.append(
+                {
+                    "host": host.name,
+                    "gpu": gpu["index"],
+                    "model": gpu.get("model"),
+                    "state": partition_text(gpu) or "whole card",
+                    "instances": view.instances_text(gpu),
+                    "processes": len(gpu.get("processes") or []),
+                }
+            )
+    for document in documents:
+        for gpu in document["gpus"]:
+            if gpu.get("mig"):
+                gpu["mig"] = {k: v for k, v in gpu["mig"].items() if k != "profiles"}
+    emit(settings, data={"hosts": documents}, rows=rows, columns=view.SHOW_COLUMNS)
+    if _unreachable(hosts):
+        raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+# --- plan / apply / reset -----------------------------------------------------------------
+
+
+def _emit_plans(
+    settings: Settings, plans: list[HostPlan], hosts: list[HostFacts], extra: dict[str, Any]
+) -> None:
+    by_name = {plan.host: plan for plan in plans}
+    data = {
+        **extra,
+        "hosts": [
+            {
+                **_host_entry(h),
+                "changed": by_name[h.name].changed if h.name in by_name else None,
+                "errors": by_name[h.name].errors if h.name in by_name else [],
+                "gpus": [view.gpu_plan_dict(g) for g in by_name[h.name].gpus]
+                if h.name in by_name
+                else [],
+            }
+            for h in hosts
+        ],
+    }
+    fmt = settings.resolved_output()
+    if fmt is OutputFormat.table:
+        view.write_plan_text(plans, verbose=settings.verbosity > 0)
+        return
+    rows = view.plan_rows(plans, verbose=fmt is OutputFormat.csv)
+    emit(
+        settings, data=data, rows=rows, columns=view.PLAN_COLUMNS, csv_columns=view.PLAN_CSV_COLUMNS
+    )
+
+
+def _errors_exit(plans: list[HostPlan], verbose: bool) -> None:
+    """Spec errors end the command with exit 1 before anything changes: the first one (it
+    names file:line and the valid choices), then how many more (all of them with -v)."""
+    errors = list(dict.fromkeys(e for plan in plans for e in plan.errors))
+    if not errors:
+        return
+    for message in errors if verbose else errors[:1]:
+        error(message)
+    if len(errors) > 1 and not verbose:
+        error(f"... and {len(errors) - 1} more (-v lists them); nothing was changed")
+    raise typer.Exit(int(ExitCode.ERROR))
+
+
+@app.command("plan")
+def plan(ctx: typer.Context, spec_file: SpecFile, label: Label) -> None:
+    """Show, per host and GPU, what `apply` would change and the ordered operations.
+
+    Nothing changes. Exit 1 when the file is wrong or asks for something impossible
+    (file:line and the valid choices on stderr), 3 when some hosts could not be read.
+    """
+    settings: Settings = ctx.obj
+    _load_spec_first(spec_file, label)
+    _, hosts = gather(settings)
+    _, plans = _plans(spec_file, label, hosts)
+    failed = any(p.errors for p in plans)
+    if not failed or settings.resolved_output() is not OutputFormat.table:
+        _emit_plans(settings, plans, hosts, {"file": str(spec_file), "label": label})
+    _errors_exit(plans, settings.verbosity > 0)
+    if _unreachable(hosts):
+        raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+def _require_consent(yes: bool) -> None:
+    if not yes and not sys.stdin.isatty():
+        error("partition changes need --yes when not run from a terminal (nothing was changed)")
+        raise typer.Exit(int(ExitCode.USAGE))
+
+
+def _confirm(plans: list[HostPlan], yes: bool) -> None:
+    if yes:
+        return
+    changing = [p for p in plans if p.changed]
+    gpus = sum(1 for p in changing for g in p.gpus if not g.unchanged)
+    for p in changing:
+        for g in p.gpus:
+            if not g.unchanged:
+                sys.stderr.write(
+                    f"  {p.host} GPU {g.index}: {g.current} -> {g.desired} ({len(g.ops)} ops)\n"
+                )
+    if not typer.confirm(f"Change {gpus} GPU(s) on {len(changing)} host(s)?", err=True):
+        error("nothing was changed")
+        raise typer.Exit(int(ExitCode.ERROR))
+
+
+def _execute(
+    settings: Settings,
+    hosts: list[HostFacts],
+    plans: list[HostPlan],
+    *,
+    yes: bool,
+    force: bool,
+    hooks_file: Path | None,
+    extra: dict[str, Any],
+) -> None:
+    """Confirm, send each changing host its plans, print the outcome per GPU, exit."""
+    from gpupoolctl.cli.partition_hooks import load_hooks
+
+    hooks = load_hooks(hooks_file) if hooks_file is not None else None
+    _errors_exit(plans, settings.verbosity > 0)
+    by_name = {h.name: h for h in hosts}
+    changing = [p for p in plans if p.changed]
+    down = _unreachable(hosts)
+    if not changing:
+        notice("nothing to change: every selected GPU is already as asked", quiet=settings.quiet)
+    else:
+        _confirm(plans, yes)
+    requests = []
+    for p in changing:
+        args: dict[str, Any] = dict(p.agent_args(force))
+        if hooks:
+            args["hooks"] = hooks
+        requests.append((by_name[p.host].target, {"v": 1, "verb": "partition", "args": args}))
+    results = {r.name: r for r in send_each(settings, requests)}
+    documents, rows, failed = [], [], bool(down)
+    for p in plans:
+        diffs = {g.index: g for g in p.gpus}
+        result = results.get(p.host)
+        answer = result.data if result is not None and result.ok else {}
+        entry: dict[str, Any] = {
+            "name": p.host,
+            "changed": p.changed,
+            "outcome": result.outcome if result is not None else "unchanged",
+            "error": result.error if result is not None else None,
+            "gpus": [],
+            "hooks": answer.get("hooks", []),
+            "stopped_by": answer.get("stopped_by"),
+            "warnings": answer.get("warnings", []),
+        }
+        if result is not None and not result.ok:
+            failed = True
+            warn(f"{p.host}: {result.outcome}: {result.error}")
+        for outcome in answer.get("gpus", []):
+            diff = diffs.get(outcome["index"])
+            model = diff.model if diff is not None else None
+            entry["gpus"].append(
+                {**outcome, "model": model, "ops": len(diff.ops) if diff is not None else None}
+            )
+            failed = failed or not outcome["ok"]
+            rows.append(
+                {
+                    "host": p.host,
+                    "gpu": outcome["index"],
+                    "model": model,
+                    "result": view.result_word(outcome),
+                    "applied": f"{outcome['applied']}/{len(diff.ops) if diff else '?'}",
+                    "error": "; ".join(
+                        x for x in (outcome["error"], outcome["rollback_error"]) if x
+                    )
+                    or None,
+                }
+            )
+        for hook in entry["hooks"]:
+            if not hook["ok"]:
+                warn(f"{p.host}: hook {hook['hook']} {hook['argv'][0]}: {hook['error']}")
+        for message in entry["warnings"]:
+            warn(f"{p.host}: {message}")
+        documents.append(entry)
+    documents += [_host_entry(h) | {"changed": None, "gpus": []} for h in down]
+    emit(settings, data={**extra, "hosts": documents}, rows=rows, columns=view.OUTCOME_COLUMNS)
+    if failed:
+        raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+@app.command("apply")
+def apply(
+    ctx: typer.Context,
+    spec_file: SpecFile,
+    label: Label,
+    yes: Yes = False,
+    force: Force = False,
+    hooks_file: HooksFile = None,
+) -> None:
+    """Make the selected GPUs match the label: only GPUs that differ are touched.
+
+    GPUs with running processes are refused unless --force. If a step fails on a GPU, that
+    GPU's previous layout is restored; other GPUs and hosts carry on. Asks before changing
+    anything on a terminal; elsewhere --yes is required (exit 2 without it). Exit 3 when a
+    host was unreachable or a GPU failed.
+    """
+    settings: Settings = ctx.obj
+    _require_consent(yes)
+    _load_spec_first(spec_file, label)
+    if hooks_file is not None:
+        from gpupoolctl.cli.partition_hooks import load_hooks
+
+        load_hooks(hooks_file)  # before any host is contacted
+    _, hosts = gather(settings)
+    _, plans = _plans(spec_file, label, hosts)
+    _execute(
+        settings,
+        hosts,
+        plans,
+        yes=yes,
+        force=force,
+        hooks_file=hooks_file,
+        extra={"file": str(spec_file), "label": label},
+    )
+
+
+@app.command("reset")
+def reset(
+    ctx: typer.Context, yes: Yes = False, force: Force = False, hooks_file: HooksFile = None
+) -> None:
+    """Back to whole cards: MIG off, AMD SPX/NPS1, no SR-IOV VFs."""
+    from gpupoolctl.partition import reset_plan
+
+    settings: Settings = ctx.obj
+    _require_consent(yes)
+    _, hosts = gather(settings)
+    plans = [reset_plan(h.name, h.facts) for h in hosts if h.ok]
+    _execute(
+        settings,
+        hosts,
+        plans,
+        yes=yes,
+        force=force,
+        hooks_file=hooks_file,
+        extra={"label": "reset"},
+    )
+
+
+# --- assert / export ----------------------------------------------------------------------
+
+
+@app.command("assert")
+def assert_(ctx: typer.Context, spec_file: SpecFile, label: Label) -> None:
+    """Exit 0 when every selected host holds the label, 4 when not (each mismatch listed),
+    3 when some hosts could not be read."""
+    from gpupoolctl.partition import assert_host, load_spec
+
+    settings: Settings = ctx.obj
+    spec = load_spec(spec_file)
+    spec.config(label)
+    _, hosts = gather(settings)
+    rows = []
+    for host in hosts:
+        if host.ok:
+            mismatches = assert_host(spec, label, host.name, host.host.groups, host.facts)
+            rows += [{"host": host.name, "mismatch": m} for m in mismatches]
+    data = {
+        "file": str(spec_file),
+        "label": label,
+        "holds": not rows,
+        "hosts": [
+            {**_host_entry(h), "mismatches": [r["mismatch"] for r in rows if r["host"] == h.name]}
+            for h in hosts
+        ],
+    }
+    fmt = settings.resolved_output()
+    if fmt is OutputFormat.table:
+        for row in rows:
+            sys.stdout.write(f"{row['mismatch']}\n")
+        if not rows:
+            notice(f"{label}: holds on every host read", quiet=settings.quiet)
+    else:
+        emit(
+            settings,
+            data=data,
+            rows=rows,
+            columns=(Column("host", "HOST"), Column("mismatch", "MISMATCH")),
+        )
+    down = _unreachable(hosts)
+    if rows:
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
+    if down:
+        raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+@app.command("export")
+def export(
+    ctx: typer.Context,
+    label: Annotated[
+        str, typer.Option("--config-label", help="The label to write the state under.")
+    ] = "current",
+) -> None:
+    """The current state as a v1 config (YAML; JSON with -o json) that apply/assert accept."""
+    import json
+
+    import yaml
+
+    from gpupoolctl.partition import export_config
+
+    settings: Settings = ctx.obj
+    _, hosts = gather(settings)
+    config = export_config({h.name: h.facts for h in hosts if h.ok}, label=label)
+    if settings.resolved_output() is OutputFormat.json:
+        sys.stdout.write(json.dumps(config, indent=2) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(config, sort_keys=False, default_flow_style=False))
+    if _unreachable(hosts):
+        raise typer.Exit(int(ExitCode.HOSTS_FAILED))

@@ -1,0 +1,90 @@
+"""`partition apply --hooks FILE`: commands run on each node around the apply.
+
+Two spellings are accepted:
+
+    # NVIDIA mig-parted's hooks file (api/hooks/v1), unchanged
+    version: v1
+    hooks:
+      pre-apply-config:
+        - command: /bin/systemctl
+          args: [stop, kubelet]
+          envs: {SYSTEMD_COLORS: "0"}    # optional
+          workdir: /etc/nvidia-mig-manager  # optional
+
+    # or plain argv lists per hook
+    apply-exit:
+      - [/bin/systemctl, start, kubelet]
+
+Hooks: apply-start, pre-apply-mode, pre-apply-config, apply-exit. The agent runs each argv
+without a shell, so `envs` and `workdir` become an `env [-C dir] K=V ... command args` prefix
+(GNU env; `-C` needs coreutils 8.28 or later).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpupoolctl.errors import SourceError
+
+HOOK_NAMES = ("apply-start", "pre-apply-mode", "pre-apply-config", "apply-exit")
+
+
+def load_hooks(path: Path) -> dict[str, list[list[str]]]:
+    import yaml
+
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SourceError(where, None, f"cannot read hooks file: {exc.strerror or exc}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise SourceError(where, line, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if isinstance(document, dict) and "hooks" in document:
+        version = document.get("version")
+        if version != "v1":
+            raise SourceError(where, None, f"unknown hooks file version {version!r} (want v1)")
+        document = document["hooks"]
+    if not isinstance(document, dict):
+        raise SourceError(where, None, "expected a map of hook names to lists of commands")
+    hooks: dict[str, list[list[str]]] = {}
+    for name, commands in document.items():
+        if name not in HOOK_NAMES:
+            raise SourceError(where, None, f"unknown hook {name!r}; valid: {', '.join(HOOK_NAMES)}")
+        if not isinstance(commands, list):
+            raise SourceError(where, None, f"hook {name}: expected a list of commands")
+        hooks[name] = [_argv(where, name, command) for command in commands]
+    return hooks
+
+
+def _argv(where: str, hook: str, command: Any) -> list[str]:
+    if isinstance(command, list):
+        if not command or not all(isinstance(a, str | int | float) for a in command):
+            raise SourceError(where, None, f"hook {hook}: a command is a non-empty argv list")
+        return [str(a) for a in command]
+    if isinstance(command, str):
+        raise SourceError(
+            where,
+            None,
+            f"hook {hook}: {command!r} is a string; hooks run without a shell, "
+            "so give an argv list (or mig-parted's command/args)",
+        )
+    if not isinstance(command, dict) or not isinstance(command.get("command"), str):
+        raise SourceError(where, None, f"hook {hook}: each entry needs a 'command'")
+    unknown = set(command) - {"command", "args", "envs", "workdir"}
+    if unknown:
+        raise SourceError(where, None, f"hook {hook}: unknown keys {sorted(unknown)}")
+    args = command.get("args") or []
+    envs = command.get("envs") or {}
+    if not isinstance(args, list) or not isinstance(envs, dict):
+        raise SourceError(where, None, f"hook {hook}: 'args' is a list and 'envs' a map")
+    argv = [command["command"], *(str(a) for a in args)]
+    prefix: list[str] = []
+    if command.get("workdir"):
+        prefix += ["-C", str(command["workdir"])]
+    prefix += [f"{key}={value}" for key, value in envs.items()]
+    return ["env", *prefix, *argv] if prefix else argv
