@@ -186,14 +186,15 @@ def _mig_diff(
             _reset_note(gpu, notes)
         return False, []
 
-    geometry = lay.geometry_for(entry, host, gpu)
+    geometry, geometry_notes = lay.geometry_for(entry, host, gpu)
+    notes.extend(geometry_notes)
     wants = lay.mig_wants(entry, host, gpu, geometry)
     keep, new, layout = _fit(entry, host, gpu, geometry, wants, current if enabled_now else [])
     _destroy([g for g in current if g not in keep], ops)
     if not enabled_now:
         ops.mig_mode.append({"op": "set_mig_mode", "enabled": True})
         _reset_note(gpu, notes)
-    for want, start in new:
+    for want, start in sorted(new, key=lambda item: item[1]):
         op: hwops.CreateGi = {
             "op": "create_gi",
             "profile": want.profile.name,

@@ -174,16 +174,92 @@ def mig_enabled_now(gpu: Mapping[str, Any]) -> bool:
     return (gpu.get("mig") or {}).get("mode") == "enabled"
 
 
-def geometry_for(entry: SpecEntry, host: str, gpu: Mapping[str, Any]) -> catalog.MigGeometry:
+def geometry_for(
+    entry: SpecEntry, host: str, gpu: Mapping[str, Any]
+) -> tuple[catalog.MigGeometry, list[str]]:
+    """The GPU's MIG geometry and notes. The profiles the driver reported (facts' mig.profiles)
+    win over the catalog; a difference between the two is reported in the notes."""
     model = nvidia_model(gpu)
-    if model is None or model.mig is None:
+    base = model.mig if model is not None else None
+    runtime = runtime_geometry(gpu, base)
+    if runtime is not None:
+        if base is None:
+            return runtime, ["no catalog entry for this model: using the driver's MIG profiles"]
+        differences = geometry_differences(base, runtime)
+        if differences:
+            return runtime, [
+                "the driver's MIG profiles differ from the catalog (the driver wins): "
+                + "; ".join(differences)
+            ]
+        return runtime, []
+    if base is None:
         raise PlanError(
             entry.source,
             entry.line,
             f"{gpu_label(host, gpu)}: no MIG geometry for PCI id {gpu.get('pci_device_id')} "
-            "in the catalog",
+            "in the catalog, and the facts carry no MIG profiles from the driver",
         )
-    return model.mig
+    return base, []
+
+
+def runtime_geometry(
+    gpu: Mapping[str, Any], base: catalog.MigGeometry | None
+) -> catalog.MigGeometry | None:
+    """A geometry from the driver's profile table in the facts; None when absent/incomplete."""
+    raw = (gpu.get("mig") or {}).get("profiles")
+    if not raw:
+        return None
+    profiles = []
+    try:
+        for item in raw:
+            if not item.get("name") or item.get("size") is None or not item.get("placements"):
+                return None  # unnamed or unplaceable: the catalog is the better guess
+            name = canonical(str(item["name"]))
+            known = base.by_name(name) if base is not None else None
+            profiles.append(
+                catalog.GpuInstanceProfile(
+                    name=name,
+                    id=int(item["id"]),
+                    index=known.index if known is not None else -1,
+                    compute_slices=int(item["slices"]),
+                    memory_mib=int(item.get("memory_mib") or 0),
+                    sm_count=int(item.get("sm_count") or 0),
+                    max_instances=int(item["max_instances"]),
+                    placement_starts=tuple(sorted(int(s) for s in item["placements"])),
+                    placement_size=int(item["size"]),
+                )
+            )
+    except (KeyError, TypeError, ValueError):
+        return None
+    if base is not None:
+        slots, compute = base.memory_slots, base.compute_slices
+    else:
+        slots = max(p.placement_starts[-1] + p.placement_size for p in profiles)
+        compute = max(p.compute_slices for p in profiles)
+    profiles.sort(key=lambda p: (p.compute_slices, p.placement_size, p.name))  # catalog order
+    return catalog.MigGeometry(slots, compute, tuple(profiles), source="driver")
+
+
+def geometry_differences(base: catalog.MigGeometry, runtime: catalog.MigGeometry) -> list[str]:
+    def shape(p: catalog.GpuInstanceProfile) -> tuple[Any, ...]:
+        return (p.id, p.compute_slices, p.max_instances, p.placement_starts, p.placement_size)
+
+    def text(p: catalog.GpuInstanceProfile) -> str:
+        starts = ",".join(str(s) for s in p.placement_starts)
+        return f"id {p.id}, {p.max_instances} max, {{{starts}}}:{p.placement_size}"
+
+    ours = {p.name: p for p in base.profiles}
+    theirs = {p.name: p for p in runtime.profiles}
+    out = []
+    for name in sorted(set(ours) | set(theirs)):
+        a, b = ours.get(name), theirs.get(name)
+        if a is None and b is not None:
+            out.append(f"{name} only in the driver ({text(b)})")
+        elif b is None and a is not None:
+            out.append(f"{name} only in the catalog")
+        elif a is not None and b is not None and shape(a) != shape(b):
+            out.append(f"{name}: catalog {text(a)}, driver {text(b)}")
+    return out
 
 
 def _profile_for(
