@@ -6,6 +6,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpupoolctl.errors import SourceError, UsageError
 from gpupoolctl.partition import load_spec, parse_profile_name, parse_spec
@@ -221,3 +224,53 @@ def test_profile_names_as_mig_parted_reads_them(
 def test_bad_profile_names(name: str) -> None:
     with pytest.raises(ValueError):
         parse_profile_name(name)
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 10),
+    st.sampled_from(["all", "v1", "1g.10gb", "3g.40gb@4", "CPX", "NPS4", "0x233010DE", "x"]),
+)
+_keys = st.sampled_from(
+    [
+        "version",
+        "mig-configs",
+        "devices",
+        "device-filter",
+        "mig-enabled",
+        "mig-devices",
+        "hosts",
+        "compute-partition",
+        "memory-partition",
+        "sriov-vfs",
+        "1g.10gb",
+        "a",
+        "bogus",
+    ]
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_keys, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_keys, _values, max_size=4))
+def test_any_document_parses_or_fails_with_a_source_error(document: dict[str, object]) -> None:
+    text = yaml.safe_dump(document)
+    try:
+        parse_spec(text, "fuzz.yaml")
+    except SourceError as exc:
+        assert str(exc).startswith("fuzz.yaml")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.dictionaries(_keys, _values, max_size=6), min_size=1, max_size=3))
+def test_any_entry_parses_or_fails_with_a_source_error(entries: list[dict[str, object]]) -> None:
+    text = yaml.safe_dump({"version": "v1", "mig-configs": {"a": entries}})
+    try:
+        parse_spec(text, "fuzz.yaml")
+    except SourceError as exc:
+        assert str(exc).startswith("fuzz.yaml:")
