@@ -19,15 +19,6 @@ from gpupoolctl.sim.state import SimState
 REPO = Path(__file__).resolve().parents[2]
 LAYOUTS = REPO / "playbooks" / "layouts.yaml"
 H100 = "sg-dgx02"  # dgx-h100-mig: GPUs 0-5 whole, 6 = 7x1g.10gb, 7 = 2x3g.40gb
-# Runs the real CLI; registers `partition` when cli/main.py does not yet.
-_LAUNCHER = """
-import sys
-from gpupoolctl.cli import main, partition_cmd
-if not any(g.name == "partition" for g in main.app.registered_groups):
-    main.app.add_typer(partition_cmd.app, name="partition")
-sys.argv[0] = "gpupoolctl"
-main.run()
-"""
 
 
 @dataclass
@@ -51,7 +42,7 @@ def gp(tmp_path: Path):
 
     def run(*args: str) -> Run:
         proc = subprocess.run(
-            [sys.executable, "-c", _LAUNCHER, *args],
+            [sys.executable, "-m", "gpupoolctl.cli.main", *args],
             capture_output=True,
             stdin=subprocess.DEVNULL,  # never a terminal: --yes is needed to change anything
             text=True,

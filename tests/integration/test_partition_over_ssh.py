@@ -20,14 +20,6 @@ from tests.sshd import SshdFleet
 REPO = Path(__file__).resolve().parents[2]
 LAYOUTS = REPO / "playbooks" / "layouts.yaml"
 TEMPLATES = ["dgx-h100-mig", "mi300x-8"]
-_LAUNCHER = """
-import sys
-from gpupoolctl.cli import main, partition_cmd
-if not any(g.name == "partition" for g in main.app.registered_groups):
-    main.app.add_typer(partition_cmd.app, name="partition")
-sys.argv[0] = "gpupoolctl"
-main.run()
-"""
 
 
 @pytest.fixture
@@ -51,7 +43,7 @@ def gp(fleet: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPOOL_")}
     env["HOME"] = str(fleet["home"])
     return subprocess.run(
-        [sys.executable, "-c", _LAUNCHER, "-i", str(fleet["inventory"]), "-q", *args],
+        [sys.executable, "-m", "gpupoolctl.cli.main", "-i", str(fleet["inventory"]), "-q", *args],
         capture_output=True,
         stdin=subprocess.DEVNULL,
         text=True,
