@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -42,8 +43,9 @@ def matches(entry: dict[str, Any], request: Request) -> bool:
     return request.vendor is None or entry.get("vendor") == request.vendor
 
 
-def _natural(text: str) -> list[Any]:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
+@functools.lru_cache(maxsize=65536)  # ids repeat on every alloc; parse each once
+def _natural(text: str) -> tuple[Any, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
 
 
 def fit_key(entry: dict[str, Any]) -> tuple[Any, ...]:

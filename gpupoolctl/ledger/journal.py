@@ -149,6 +149,19 @@ def iter_lines(stream: BinaryIO, start: int = 0) -> Iterator[tuple[int, bytes, b
         yield offset, rest, False
 
 
+def iter_buffer(data: bytes, start: int = 0) -> Iterator[tuple[int, bytes, bool]]:
+    """iter_lines over bytes already read (the few records appended since the last look)."""
+    pos = 0
+    while True:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break
+        yield start + pos, data[pos:nl], True
+        pos = nl + 1
+    if pos < len(data):
+        yield start + pos, data[pos:], False
+
+
 def _seq_hint(line: bytes) -> int | None:
     import re
 

@@ -89,16 +89,15 @@ def refresh(loaded: Loaded | None, paths: LedgerPaths, fd: int | None) -> Loaded
         loaded.size = size
         return loaded
     state = loaded.state
-    with open(fd, "rb", closefd=False) as stream:
-        stream.seek(loaded.scan.end)
-        more = journal.scan(
-            journal.iter_lines(stream, loaded.scan.end),
-            start=loaded.scan.end,
-            line0=loaded.scan.lines,
-            last_seq=loaded.scan.last_seq,
-            snapshot_seq=loaded.snapshot_seq,
-            on_record=lambda record, _line, _offset: state.apply(record),
-        )
+    fresh = os.pread(fd, size - loaded.scan.end, loaded.scan.end)
+    more = journal.scan(
+        journal.iter_buffer(fresh, loaded.scan.end),
+        start=loaded.scan.end,
+        line0=loaded.scan.lines,
+        last_seq=loaded.scan.last_seq,
+        snapshot_seq=loaded.snapshot_seq,
+        on_record=lambda record, _line, _offset: state.apply(record),
+    )
     old = loaded.scan
     old.declared.extend(more.declared)
     old.bad.extend(more.bad)
