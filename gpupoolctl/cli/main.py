@@ -90,9 +90,14 @@ def root(
         float, typer.Option("--connect-timeout", min=0.1, help="Seconds to connect and log in.")
     ] = 10.0,
     command_timeout: Annotated[
-        float,
-        typer.Option("--command-timeout", min=0.1, help="Seconds for the remote work per host."),
-    ] = 120.0,
+        float | None,
+        typer.Option(
+            "--command-timeout",
+            min=0.1,
+            help="Seconds for the remote work per host. Default: 120, or 900 for partition "
+            "apply/reset (an AMD memory-mode change alone takes minutes).",
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option(

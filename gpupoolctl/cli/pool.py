@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from gpupoolctl.remote.results import HostResult
 
 
+DEFAULT_COMMAND_TIMEOUT = 120.0  # seconds of remote work per host, unless a command says more
+
+
 def bundled_inventory_path() -> Path:
     """The bundled simulated pool, shipped as package data."""
     return Path(str(resources.files("gpupoolctl.data").joinpath("sim.yaml")))
@@ -59,16 +62,38 @@ def select(settings: Settings) -> Selection:
     return Selection(inventory=inventory, hosts=hosts)
 
 
-def fan_out(settings: Settings, targets: list[Target], request: dict[str, Any]) -> list[HostResult]:
-    """Send one agent request to every target, drawing progress on stderr when useful."""
-    from gpupoolctl.cli.progress import host_progress
-    from gpupoolctl.remote.fanout import Timeouts, run_agent
+def fan_out(
+    settings: Settings,
+    targets: list[Target],
+    request: dict[str, Any],
+    *,
+    default_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+) -> list[HostResult]:
+    """Send one agent request to every target."""
+    return fan_out_each(
+        settings, [(target, request) for target in targets], default_timeout=default_timeout
+    )
 
-    timeouts = Timeouts(connect=settings.connect_timeout, command=settings.command_timeout)
-    with host_progress(len(targets), enabled=not settings.quiet) as advance:
-        return run_agent(
-            targets,
-            request,
+
+def fan_out_each(
+    settings: Settings,
+    requests: list[tuple[Target, dict[str, Any]]],
+    *,
+    default_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+) -> list[HostResult]:
+    """Send each target its own request, drawing progress on stderr when useful.
+
+    `default_timeout` is the command's own bound on the remote work, used unless the user
+    gave --command-timeout: reading facts takes seconds, an AMD memory-mode change minutes.
+    """
+    from gpupoolctl.cli.progress import host_progress
+    from gpupoolctl.remote.fanout import Timeouts, run_agent_each
+
+    command_timeout = settings.command_timeout or default_timeout
+    timeouts = Timeouts(connect=settings.connect_timeout, command=command_timeout)
+    with host_progress(len(requests), enabled=not settings.quiet) as advance:
+        return run_agent_each(
+            requests,
             forks=settings.forks,
             timeouts=timeouts,
             accept_new=settings.accept_new_host_keys,

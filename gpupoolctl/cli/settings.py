@@ -27,7 +27,7 @@ class Settings:
     verbosity: int  # -1 quiet, 0 normal, 1+ verbose
     accept_new_host_keys: bool
     connect_timeout: float
-    command_timeout: float
+    command_timeout: float | None  # None: the command's own default
 
     @property
     def quiet(self) -> bool:

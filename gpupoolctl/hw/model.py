@@ -28,11 +28,26 @@ class GpuInstance(TypedDict):
     compute_instances: list[ComputeInstance]
 
 
+class MigProfile(TypedDict):
+    """A GPU-instance profile as the node's driver reports it (wins over the catalog)."""
+
+    name: str | None
+    name_source: str  # "driver", "peer" (another GPU of the model) or "catalog"
+    id: int
+    slices: int
+    memory_mib: int
+    sm_count: int
+    max_instances: int
+    placements: list[int]  # start slots
+    size: int
+
+
 class MigState(TypedDict):
     capable: bool
     mode: Literal["enabled", "disabled", "n/a"]
     pending: NotRequired[Literal["enabled", "disabled"] | None]
     instances: list[GpuInstance]
+    profiles: NotRequired[list[MigProfile]]
 
 
 class AmdPartition(TypedDict):

@@ -4,7 +4,7 @@ Importing this package does not import paramiko or fabric; the ssh transport loa
 a run has an ssh target.
 """
 
-from gpupoolctl.remote.fanout import DEFAULT_FORKS, host_request, run_agent
+from gpupoolctl.remote.fanout import DEFAULT_FORKS, host_request, run_agent, run_agent_each
 from gpupoolctl.remote.payload import Payload, agent_payload, build_payload
 from gpupoolctl.remote.results import (
     FAILED,
@@ -33,5 +33,6 @@ __all__ = [
     "build_payload",
     "host_request",
     "run_agent",
+    "run_agent_each",
     "target_from_vars",
 ]

@@ -40,6 +40,17 @@ def host_request(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
 def run_agent(
     targets: Sequence[Target],
     request: Mapping[str, Any],
+    **options: Any,
+) -> list[HostResult]:
+    """Run the agent once on every target with the same request; results in target order.
+
+    `request` is the agent request without "host"/"sim" (added per target; "v" defaults to
+    the protocol version). Options as for run_agent_each."""
+    return run_agent_each([(target, request) for target in targets], **options)
+
+
+def run_agent_each(
+    requests: Sequence[tuple[Target, Mapping[str, Any]]],
     *,
     forks: int = DEFAULT_FORKS,
     timeouts: Timeouts | None = None,
@@ -48,15 +59,16 @@ def run_agent(
     ssh_config: str | os.PathLike[str] | None = None,
     on_progress: ProgressCallback | None = None,
 ) -> list[HostResult]:
-    """Run the agent once on every target; results in the order of `targets`.
+    """Run the agent once per (target, request) pair, each host its own request (partition
+    plans differ per host); results in the given order, one connection per target.
 
-    `request` is the agent request without "host"/"sim" (added per target; "v" defaults to
-    the protocol version). `known_hosts` / `ssh_config` default to the user's files.
-    Raises only for problems of the whole run (bad forks, unreadable ssh config)."""
+    `known_hosts` / `ssh_config` default to the user's files. Raises only for problems of
+    the whole run (bad forks, unreadable ssh config)."""
     if forks < 1:
         raise UsageError(f"forks must be at least 1, got {forks}")
-    if not targets:
+    if not requests:
         return []
+    targets = [target for target, _ in requests]
     timeouts = timeouts or Timeouts()
     payload = agent_payload()
     ctx: SshContext | None = None
@@ -73,7 +85,7 @@ def run_agent(
     try:
         futures = {
             executor.submit(_run_one, target, request, payload, ctx, timeouts): index
-            for index, target in enumerate(targets)
+            for index, (target, request) in enumerate(requests)
         }
         for future in as_completed(futures):
             result = future.result()  # _run_one never raises for a host's problem

@@ -13,6 +13,7 @@ import pytest
 
 from gpupoolctl.agent.drivers import nvml as nvml_driver
 from gpupoolctl.agent.drivers.base import DriverUnavailable
+from gpupoolctl.hw import catalog
 from gpupoolctl.sim import nvidia_templates
 from gpupoolctl.sim import pynvml as fake
 from gpupoolctl.sim.state import SimState
@@ -53,11 +54,18 @@ def test_dgx_h100(tmp_path: Path, use_fake: None) -> None:
         assert gpu["compute_units"] == 132 and gpu["compute_capability"] == "9.0"
         assert 3300 < gpu["bandwidth_gbps"] < 3400 and gpu["bandwidth_class"] == "ultra"
         assert gpu["numa_node"] == (0 if i < 4 else 1)
+        runtime_profiles = gpu["mig"].pop("profiles")
         assert gpu["mig"] == {
             "capable": True,
             "mode": "disabled",
             "pending": "disabled",
             "instances": [],
+        }
+        # The driver's own table (read at run time) matches the catalog for this card.
+        geometry = catalog.nvidia_model("H100-SXM5-80GB").mig
+        assert geometry is not None
+        assert {(p["id"], tuple(p["placements"]), p["size"]) for p in runtime_profiles} == {
+            (p.id, p.placement_starts, p.placement_size) for p in geometry.profiles
         }
         assert gpu["processes"] == [] and gpu["utilization_pct"] == 0
     assert [g["pci_bus_id"] for g in gpus][:2] == ["00000000:18:00.0", "00000000:2A:00.0"]
