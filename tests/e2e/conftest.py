@@ -36,6 +36,7 @@ def cli(tmp_path: Path):
         proc = subprocess.run(
             [sys.executable, "-m", "gpupoolctl.cli.main", *args],
             capture_output=True,
+            stdin=subprocess.DEVNULL,  # never a terminal: commands must not wait for a person
             text=True,
             env={**env, **(extra_env or {})},
             timeout=timeout,
@@ -45,4 +46,5 @@ def cli(tmp_path: Path):
 
     run.sim_dir = tmp_path / "sim"  # type: ignore[attr-defined]
     run.cwd = tmp_path  # type: ignore[attr-defined]
+    run.tmp = tmp_path  # type: ignore[attr-defined]
     return run

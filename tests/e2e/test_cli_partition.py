@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,40 +17,10 @@ LAYOUTS = REPO / "playbooks" / "layouts.yaml"
 H100 = "sg-dgx02"  # dgx-h100-mig: GPUs 0-5 whole, 6 = 7x1g.10gb, 7 = 2x3g.40gb
 
 
-@dataclass
-class Run:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-
 @pytest.fixture
-def gp(tmp_path: Path):
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "XDG_", "NO_COLOR"))
-    }
-    env.update({"HOME": str(home), "GPUPOOL_SIM_DIR": str(tmp_path / "sim"), "COLUMNS": "200"})
-
-    def run(*args: str) -> Run:
-        proc = subprocess.run(
-            [sys.executable, "-m", "gpupoolctl.cli.main", *args],
-            capture_output=True,
-            stdin=subprocess.DEVNULL,  # never a terminal: --yes is needed to change anything
-            text=True,
-            env=env,
-            timeout=120,
-            cwd=tmp_path,
-        )
-        return Run(proc.returncode, proc.stdout, proc.stderr)
-
-    run.sim_dir = tmp_path / "sim"  # type: ignore[attr-defined]
-    run.tmp = tmp_path  # type: ignore[attr-defined]
-    return run
+def gp(cli):
+    """The real CLI in a subprocess (tests/e2e/conftest.py), stdin never a terminal."""
+    return cli
 
 
 def layouts(gp, *limit: str) -> dict[str, list[tuple[Any, ...]]]:
