@@ -5,6 +5,9 @@
 - an AMD compute partition (each is a logical GPU in facts):      host/gpu12 (kind partition)
 - an SR-IOV virtual function:                                     host/gpu0/vf2
 
+Every slice also names its `island` (`host/island0`): the GPUs joined by NVLink or xGMI,
+from the node's link matrix, so placement can keep a chatty multi-GPU job inside one.
+
 Ids are stable: they name the GPU, the profile and the placement, so the same physical slice
 gets the same id at every refresh and a re-partitioned GPU gets new ids (old holds then show
 up in `ledger verify`). `uuid` is the identity of the instance behind the id: a GI destroyed
@@ -15,19 +18,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpupoolctl.hw.topology import islands
+
 KINDS = ("gpu", "mig", "partition", "vf")
 
 
 def slices_from_facts(host: str, facts: dict[str, Any]) -> list[dict[str, Any]]:
+    gpus = facts.get("gpus", [])
+    # The link matrix rows follow the facts' GPU order; a slice inherits its GPU's island.
+    matrix = (facts.get("topology") or {}).get("matrix") or []
+    numbers = islands(matrix) if len(matrix) == len(gpus) else list(range(len(gpus)))
     found: list[dict[str, Any]] = []
-    for gpu in facts.get("gpus", []):
-        found.extend(_gpu_slices(host, gpu))
+    for gpu, number in zip(gpus, numbers, strict=True):
+        found.extend(_gpu_slices(host, gpu, f"{host}/island{number}"))
     return found
 
 
-def _gpu_slices(host: str, gpu: dict[str, Any]) -> list[dict[str, Any]]:
+def _gpu_slices(host: str, gpu: dict[str, Any], island: str) -> list[dict[str, Any]]:
     base = f"{host}/gpu{gpu['index']}"
     common = {
+        "island": island,
         "host": host,
         "gpu": gpu["index"],
         "gpu_uuid": gpu.get("uuid"),
