@@ -6,8 +6,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpupoolctl.agent.partition.base import describe
 from gpupoolctl.cli.render import Column
+from gpupoolctl.hw.ops import describe
 
 if TYPE_CHECKING:
     from gpupoolctl.partition import GpuDiff, HostPlan

@@ -13,7 +13,7 @@ Order the planner must follow for one GPU (mig-parted's order, with explicit pla
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 
 class DestroyCi(TypedDict):
@@ -107,3 +107,23 @@ class GpuOutcome(TypedDict):
     rolled_back: bool  # a failure happened and the previous layout was restored
     rollback_error: str | None  # restoring failed too: the GPU needs a person
     reset_required: bool  # e.g. MIG mode change pending on Ampere until a GPU reset
+
+
+def describe(op: dict[str, Any]) -> str:
+    """An op in a few words, for messages: "create_gi 3g.40gb@4:4"."""
+    name = op.get("op")
+    if name == "create_gi":
+        text = f"create_gi {op['profile']}@{op['start']}:{op['size']}"
+        cis = op.get("compute_instances")
+        return text + (f" with {', '.join(cis)}" if cis else "")
+    if name == "destroy_gi":
+        return f"destroy_gi {op['gi']}"
+    if name == "destroy_ci":
+        return f"destroy_ci {op['gi']}/{op['ci']}"
+    if name == "set_mig_mode":
+        return f"set_mig_mode {'enabled' if op['enabled'] else 'disabled'}"
+    if name in ("set_compute_partition", "set_memory_partition"):
+        return f"{name} {op['mode']}"
+    if name == "set_sriov_vfs":
+        return f"set_sriov_vfs {op['count']}"
+    return str(name)

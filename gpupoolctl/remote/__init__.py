@@ -1,38 +1,42 @@
 """How a request reaches a node: transports (ssh, local), fan-out, per-host results.
 
-Importing this package does not import paramiko or fabric; the ssh transport loads them when
-a run has an ssh target.
+Names are loaded on first use (PEP 562), so `from gpupoolctl.remote.target import Target`,
+which every command needs at start-up, does not also load the fan-out, the payload builder
+and their imports; paramiko and fabric load only when a run has an ssh target.
 """
 
-from gpupoolctl.remote.fanout import DEFAULT_FORKS, host_request, run_agent, run_agent_each
-from gpupoolctl.remote.payload import Payload, agent_payload, build_payload
-from gpupoolctl.remote.results import (
-    FAILED,
-    OK,
-    OUTCOMES,
-    TIMED_OUT,
-    UNREACHABLE,
-    HostResult,
-)
-from gpupoolctl.remote.target import SimSpec, Target, target_from_vars
-from gpupoolctl.remote.timeouts import Timeouts
+from __future__ import annotations
 
-__all__ = [
-    "DEFAULT_FORKS",
-    "FAILED",
-    "OK",
-    "OUTCOMES",
-    "TIMED_OUT",
-    "UNREACHABLE",
-    "HostResult",
-    "Payload",
-    "SimSpec",
-    "Target",
-    "Timeouts",
-    "agent_payload",
-    "build_payload",
-    "host_request",
-    "run_agent",
-    "run_agent_each",
-    "target_from_vars",
-]
+import importlib
+from typing import Any
+
+_WHERE = {
+    "DEFAULT_FORKS": "fanout",
+    "host_request": "fanout",
+    "run_agent": "fanout",
+    "run_agent_each": "fanout",
+    "Payload": "payload",
+    "agent_payload": "payload",
+    "build_payload": "payload",
+    "FAILED": "results",
+    "OK": "results",
+    "OUTCOMES": "results",
+    "TIMED_OUT": "results",
+    "UNREACHABLE": "results",
+    "HostResult": "results",
+    "SimSpec": "target",
+    "Target": "target",
+    "target_from_vars": "target",
+    "Timeouts": "timeouts",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -39,21 +39,3 @@ class Card(Protocol):
         ...
 
 
-def describe(op: dict[str, Any]) -> str:
-    """An op in a few words, for messages: "create_gi 3g.40gb@4:4"."""
-    name = op.get("op")
-    if name == "create_gi":
-        text = f"create_gi {op['profile']}@{op['start']}:{op['size']}"
-        cis = op.get("compute_instances")
-        return text + (f" with {', '.join(cis)}" if cis else "")
-    if name == "destroy_gi":
-        return f"destroy_gi {op['gi']}"
-    if name == "destroy_ci":
-        return f"destroy_ci {op['gi']}/{op['ci']}"
-    if name == "set_mig_mode":
-        return f"set_mig_mode {'enabled' if op['enabled'] else 'disabled'}"
-    if name in ("set_compute_partition", "set_memory_partition"):
-        return f"{name} {op['mode']}"
-    if name == "set_sriov_vfs":
-        return f"set_sriov_vfs {op['count']}"
-    return str(name)

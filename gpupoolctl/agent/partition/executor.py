@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupoolctl.agent.partition.base import Card, OpFailed, ResetPending, describe
+from gpupoolctl.agent.partition.base import Card, OpFailed, ResetPending
 from gpupoolctl.agent.partition.hooks import HookRunner
 from gpupoolctl.agent.partition.request import GpuRequest, Request
-from gpupoolctl.hw.ops import GpuOutcome
+from gpupoolctl.hw.ops import GpuOutcome, describe
 
 
 def _outcome(gpu: GpuRequest, **fields: Any) -> GpuOutcome:
