@@ -1,0 +1,73 @@
+"""Wording of placement explanations (`submit --dry-run`) and no-fit reasons. Text only."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpupoolctl.sched.request import JobRequest
+
+_TIES = {
+    0: "on a GPU and a host already partly used",
+    1: "on a GPU already partly used",
+    2: "on a host already partly used",
+    3: "on an untouched GPU and host",
+}
+
+
+def gib(mib: int) -> str:
+    return f"{mib / 1024:.1f} GiB"
+
+
+def header(request: JobRequest, policy: str) -> str:
+    return f"request: {request.describe()}; priority {request.priority}; policy {policy}"
+
+
+def candidates(free: int, total: int, shapes: int) -> str:
+    held = total - free
+    return (
+        f"considered {free} free matching slice(s) of {total} in the pool "
+        f"({held} held), in {shapes} slice shape(s)"
+    )
+
+
+def single(
+    slice_id: str, memory: int, waste: int | None, same_size: int, tier: int | None, policy: str
+) -> str:
+    extra = f", waste {gib(waste)}" if waste is not None else ""
+    if policy == "spread":
+        return (
+            f"chose {slice_id} ({gib(memory)}{extra}): least-loaded host, then least-loaded "
+            "GPU, then smallest slice, then lowest id"
+        )
+    why = f"the smallest that fits; {same_size} free candidate(s) of this size"
+    if tier is not None and same_size > 1:
+        why += f", preferred as {_TIES[tier]} (keeps whole GPUs/hosts free), then lowest id"
+    elif same_size > 1:
+        why += ", lowest id first"
+    return f"chose {slice_id} ({gib(memory)}{extra}): {why}"
+
+
+def group(
+    level: str,
+    count: int,
+    fitting: int,
+    considered: int,
+    chosen: str,
+    memory: int,
+    runner_up: str | None,
+    policy: str,
+) -> str:
+    rule = {
+        "spread": "least-loaded",
+        "smallest": "least memory",
+    }.get(policy, "least memory, then already in use, then tightest fit")
+    text = (
+        f"{fitting} of {considered} {level}(s) with free matching slices can hold all {count}; "
+        f"chose {chosen} ({gib(memory)} in total) by {rule}"
+    )
+    return text + (f"; next best {runner_up}" if runner_up else "")
+
+
+def picked(ids: Sequence[str], hosts: Sequence[str], waste: int) -> str:
+    where = f"on {len(hosts)} host(s): {', '.join(hosts)}"
+    return f"placed {len(ids)} slice(s) {where}; waste {gib(waste)}"

@@ -1,0 +1,211 @@
+"""place(): a pure function of (request, pool view, policy) -> Placement or NoFit.
+
+A request for N GPUs takes N slices, each matching the request (sched.request). Without a
+grouping constraint the N slices are picked one at a time by the policy's rank, each pick
+seeing the earlier ones (best-fit packs a job onto the GPU/host it started on; spread
+spreads it). With a grouping level (same_island: an island; same_node: a host; topology
+with N > 1: an island if any can hold it, else a host, else anywhere) every group that can
+hold all N is scored and the best one wins. Nothing is ever held twice: only free slices
+are candidates and each is picked once. The view is changed tentatively and restored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gpupoolctl.errors import UsageError
+from gpupoolctl.sched import explain
+from gpupoolctl.sched.ids import natural
+from gpupoolctl.sched.policies import (
+    ALLOC_POLICY,
+    check_policy,
+    choose_in_group,
+    group_key,
+    pick_one,
+)
+from gpupoolctl.sched.pool import PoolView, Slot
+from gpupoolctl.sched.request import JobRequest
+
+
+@dataclass
+class Placement:
+    slices: list[str]
+    hosts: list[str]  # distinct, natural order
+    policy: str
+    waste_mib: int  # memory beyond the request (0 when it asked a profile or any slice)
+    why: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NoFit:
+    reason: str
+    never: bool  # not even with every slice free: the pool can never satisfy it (exit 5)
+
+
+def levels(request: JobRequest, policy: str) -> list[str | None]:
+    """Grouping levels to try in order; None = no grouping."""
+    if request.same_island:
+        return ["island"]
+    if policy == "topology" and request.gpus > 1:
+        return ["island", "host"] if request.same_node else ["island", "host", None]
+    if request.same_node:
+        return ["host"]
+    return [None]
+
+
+def place(request: JobRequest, pool: PoolView, policy: str = "best-fit") -> Placement | NoFit:
+    check_policy(policy)
+    if request.gpus < 1:
+        raise UsageError(f"gpus must be at least 1 (got {request.gpus})")
+    tried = levels(request, policy)
+    for index, level in enumerate(tried):
+        if level is None:
+            chosen, lines = _sequential(request, pool, policy)
+        else:
+            chosen, lines = _grouped(request, pool, policy, level)
+        if chosen is not None:
+            why = [explain.header(request, policy), *lines]
+            if index:
+                why.insert(1, _fallback(tried[:index], request.gpus))
+            return _placement(request, chosen, policy, why)
+    return _no_fit(request, pool, tried)
+
+
+def _fallback(failed: list[str | None], count: int) -> str:
+    return f"no single {' or '.join(str(f) for f in failed)} can hold {count} free matching slices"
+
+
+def _placement(request: JobRequest, chosen: list[Slot], policy: str, why: list[str]) -> Placement:
+    hosts = sorted({s.host for s in chosen}, key=natural)
+    waste = sum(s.memory - request.memory_mib for s in chosen) if request.memory_mib else 0
+    ids = [s.id for s in chosen]
+    why.append(explain.picked(ids, hosts, waste))
+    return Placement(slices=ids, hosts=hosts, policy=policy, waste_mib=waste, why=why)
+
+
+def _counts(request: JobRequest, pool: PoolView) -> tuple[int, int, int]:
+    shapes = pool.shapes_for(request)
+    return sum(s.free for s in shapes), sum(s.total for s in shapes), len(shapes)
+
+
+def _sequential(
+    request: JobRequest, pool: PoolView, policy: str
+) -> tuple[list[Slot] | None, list[str]]:
+    lines: list[str] = []
+    if request.host is None:
+        free, total, shapes = _counts(request, pool)
+        if free < request.gpus:
+            return None, lines
+        lines.append(explain.candidates(free, total, shapes))
+    taken: list[Slot] = []
+    try:
+        for _ in range(request.gpus):
+            slot = pick_one(pool, request, policy)
+            if slot is None:
+                return None, lines
+            if not taken:
+                lines.append(_why_first(request, pool, slot, policy))
+            pool.take(slot.id)
+            taken.append(slot)
+    finally:
+        for slot in reversed(taken):
+            pool.give(slot.id)
+    return taken, lines
+
+
+def _why_first(request: JobRequest, pool: PoolView, slot: Slot, policy: str) -> str:
+    """Why the first slice won (computed before it is taken, so tiers are current)."""
+    if request.host is not None:
+        found = list(pool.free_candidates(request))
+        same = sum(1 for s in found if s.memory == slot.memory)
+        head = explain.candidates(len(found), len(list(pool.all_candidates(request))), 0)
+        head = head.rsplit(", in", 1)[0] + f" on hosts matching {request.host}; "
+    else:
+        same = sum(s.free for s in pool.shapes_for(request) if s.memory == slot.memory)
+        head = ""
+    waste = slot.memory - request.memory_mib if request.memory_mib else None
+    tier = slot.tier if policy in ("best-fit", "topology") else None
+    return head + explain.single(slot.id, slot.memory, waste, same, tier, policy)
+
+
+def _grouped(
+    request: JobRequest, pool: PoolView, policy: str, level: str
+) -> tuple[list[Slot] | None, list[str]]:
+    groups: dict[str, list[Slot]] = {}
+    for slot in pool.free_candidates(request):
+        groups.setdefault(slot.island if level == "island" else slot.host, []).append(slot)
+    rule = policy if policy != "topology" else "best-fit"
+    scored = []
+    for name, slots in groups.items():
+        if len(slots) >= request.gpus:
+            chosen = choose_in_group(pool, slots, request.gpus, rule)
+            scored.append((group_key(pool, level, name, len(slots), chosen, rule), name, chosen))
+    if not scored:
+        return None, []
+    scored.sort(key=lambda item: item[0])
+    _, name, chosen = scored[0]
+    runner_up = scored[1][1] if len(scored) > 1 else None
+    free = sum(len(v) for v in groups.values())
+    line = explain.group(
+        level,
+        request.gpus,
+        len(scored),
+        len(groups),
+        name,
+        sum(s.memory for s in chosen),
+        runner_up,
+        rule,
+    )
+    return chosen, [f"considered {free} free matching slice(s) in {len(groups)} {level}(s)", line]
+
+
+def _no_fit(request: JobRequest, pool: PoolView, tried: list[str | None]) -> NoFit:
+    want = request.describe()
+    free_now = sum(1 for _ in pool.free_candidates(request))
+    if None in tried:
+        if request.host is None:
+            total = sum(s.total for s in pool.shapes_for(request))
+        else:
+            total = sum(1 for _ in pool.all_candidates(request))
+        if total == 0:
+            return NoFit(f"no slice in the pool matches {want}", never=True)
+        if total < request.gpus:
+            return NoFit(
+                f"the pool has only {total} slice(s) matching {want}, even with all free",
+                never=True,
+            )
+        return NoFit(
+            f"nothing fits {want} now: {free_now} matching slice(s) free of {total}",
+            never=False,
+        )
+    level = tried[-1]
+    assert level is not None
+    best_ever = _largest_group(pool.all_candidates(request), level)
+    best_now = _largest_group(pool.free_candidates(request), level)
+    if best_ever[1] == 0:
+        return NoFit(f"no slice in the pool matches {want}", never=True)
+    if best_ever[1] < request.gpus:
+        return NoFit(
+            f"no {level} has {request.gpus} slices matching {want}, even with all free "
+            f"(the most: {best_ever[1]} on {best_ever[0]})",
+            never=True,
+        )
+    now = f"the most free on one {level}: {best_now[1]}" + (
+        f" on {best_now[0]}" if best_now[1] else ""
+    )
+    return NoFit(f"nothing fits {want} now: {now}", never=False)
+
+
+def _largest_group(slots: Iterable[Slot], level: str) -> tuple[str, int]:
+    counts: dict[str, int] = {}
+    for slot in slots:
+        name = slot.island if level == "island" else slot.host
+        counts[name] = counts.get(name, 0) + 1
+    if not counts:
+        return "", 0
+    name = min(counts, key=lambda g: (-counts[g], natural(g)))
+    return name, counts[name]
+
+
+__all__ = ["ALLOC_POLICY", "NoFit", "Placement", "levels", "place"]

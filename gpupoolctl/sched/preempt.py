@@ -1,0 +1,122 @@
+"""Which preemptible, lower-priority holds to stop so that a request fits.
+
+Placement is count based (a slice matches a request or not), so the fewest victims are found
+exactly by greed: in each group that could hold the request (or the whole pool when no
+grouping is asked), take the holders with the most matching slices there first until enough
+slices would be free. Among holders that free as many, the cheapest go first: lower priority,
+then the most recently started (least work lost), then less memory, then id. The group (or
+level) needing the fewest victims wins; the result is checked with place() before it is
+returned.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from gpupoolctl.sched.ids import natural
+from gpupoolctl.sched.place import Placement, levels, place
+from gpupoolctl.sched.pool import Holder, PoolView, Slot
+from gpupoolctl.sched.request import JobRequest
+
+
+def eligible(holder: Holder, request: JobRequest, now: datetime | None = None) -> bool:
+    """A hold that may be preempted for `request`: a job's, preemptible, lower priority."""
+    if not holder.preemptible or holder.priority is None or holder.job is None:
+        return False
+    if now is not None and holder.expires is not None and holder.expires <= _stamp(now):
+        return False  # frees itself
+    return holder.priority < request.priority
+
+
+def choose_preemption(
+    request: JobRequest, pool: PoolView, now: datetime, policy: str = "best-fit"
+) -> list[str] | None:
+    """Victim ids (job ids; allocation ids for holds not known as a job's), [] when the
+    request fits already, None when no set of eligible victims makes it fit."""
+    if isinstance(place(request, pool, policy), Placement):
+        return []
+    victims = [h for h in pool.holds.values() if eligible(h, request, now)]
+    if not victims:
+        return None
+    matching = {s.id: s for s in pool.all_candidates(request)}
+    free = [s for s in matching.values() if s.id in pool.free]
+    best: tuple[tuple[Any, ...], list[Holder]] | None = None
+    for rank, level in enumerate(levels(request, policy)):
+        for chosen in _per_group(request, level, matching, free, victims, now):
+            score = (len(chosen), rank, sum(_cost(h, now)[0] for h in chosen))
+            if best is None or score < best[0]:
+                best = (score, chosen)
+    if best is None:
+        return None
+    chosen = best[1]
+    if not _fits_without(request, pool, policy, chosen):
+        return None
+    return sorted({h.victim_id for h in chosen}, key=natural)
+
+
+def _per_group(
+    request: JobRequest,
+    level: str | None,
+    matching: dict[str, Slot],
+    free: list[Slot],
+    victims: list[Holder],
+    now: datetime,
+) -> list[list[Holder]]:
+    def group_of(slot: Slot) -> str:
+        if level is None:
+            return ""
+        return slot.island if level == "island" else slot.host
+
+    free_in: dict[str, int] = {}
+    for slot in free:
+        free_in[group_of(slot)] = free_in.get(group_of(slot), 0) + 1
+    gains: dict[str, dict[str, int]] = {}  # group -> alloc -> matching slices it would free
+    for holder in victims:
+        for sid in holder.slices:
+            slot = matching.get(sid)
+            if slot is not None:
+                per = gains.setdefault(group_of(slot), {})
+                per[holder.alloc] = per.get(holder.alloc, 0) + 1
+    by_alloc = {h.alloc: h for h in victims}
+    found = []
+    for group, per in gains.items():
+        need = request.gpus - free_in.get(group, 0)
+        if need <= 0 or sum(per.values()) < need:
+            continue
+        order = sorted(per, key=lambda a: (-per[a], _cost(by_alloc[a], now)))
+        chosen: list[Holder] = []
+        for alloc in order:
+            chosen.append(by_alloc[alloc])
+            need -= per[alloc]
+            if need <= 0:
+                break
+        found.append(chosen)
+    return found
+
+
+def _cost(holder: Holder, now: datetime) -> tuple[Any, ...]:
+    since = holder.since or ""
+    # Later start = less work lost: negate by sorting on the inverted string order.
+    return (
+        holder.priority if holder.priority is not None else 0,
+        tuple(-ord(c) for c in since),
+        len(holder.slices),
+        natural(holder.alloc),
+    )
+
+
+def _fits_without(request: JobRequest, pool: PoolView, policy: str, victims: list[Holder]) -> bool:
+    for holder in victims:
+        pool.unhold(holder.alloc)
+    try:
+        return isinstance(place(request, pool, policy), Placement)
+    finally:
+        for holder in victims:
+            pool.hold(holder.slices, holder)
+
+
+def _stamp(now: datetime) -> str:
+    from gpupoolctl.ledger.units import format_ts
+
+    return format_ts(now)

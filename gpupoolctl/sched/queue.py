@@ -1,0 +1,133 @@
+"""The queue's order: priority first, first come first served within a priority, and aging.
+
+Aging rule: an entry's effective priority is its priority plus 1 for every AGING_INTERVAL
+(2 minutes) it has waited, capped at AGING_CAP (100, the highest priority there is). Ties go
+to the earlier arrival (ledger seq). So an entry of priority p that has waited
+(100 - p) x 2 minutes (a `low` job: 3 hours; `normal`: 100 minutes) is ahead of every entry
+that arrived after it, whatever their priority: no stream of later work can starve it.
+
+schedule_pass() is one pass over the queue on a pool view: each entry in order is placed if
+it fits (later, smaller entries may backfill around one that does not), except that once an
+entry that has aged to the cap does not fit, the pass stops there, so backfill cannot starve
+a big job either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from gpupoolctl.sched.place import NoFit, Placement, place
+from gpupoolctl.sched.pool import Holder, PoolView
+from gpupoolctl.sched.request import PRIORITY_MAX, JobRequest
+
+if TYPE_CHECKING:
+    from gpupoolctl.ledger.state import State
+
+AGING_INTERVAL = timedelta(minutes=2)
+AGING_CAP = PRIORITY_MAX
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    id: str
+    priority: int
+    seq: int  # arrival order (the ledger seq of the enqueue record)
+    enqueued: datetime
+    request: JobRequest = field(default_factory=JobRequest)
+    job: str | None = None
+    owner: str = ""
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> QueueEntry:
+        """From a ledger State.queue value ({id, owner, priority, request, job, seq, ts})."""
+        from gpupoolctl.ledger.units import parse_ts
+
+        return cls(
+            id=str(record["id"]),
+            priority=int(record.get("priority", 0)),
+            seq=int(record["seq"]),
+            enqueued=parse_ts(str(record["ts"])),
+            request=JobRequest.from_dict(dict(record.get("request") or {})),
+            job=record.get("job"),
+            owner=str(record.get("owner", "")),
+        )
+
+
+def queue_entries(state: State) -> list[QueueEntry]:
+    return [QueueEntry.from_record(r) for r in state.queue.values()]
+
+
+def effective_priority(
+    entry: QueueEntry,
+    now: datetime,
+    *,
+    interval: timedelta = AGING_INTERVAL,
+    cap: int = AGING_CAP,
+) -> int:
+    waited = max(now - entry.enqueued, timedelta(0))
+    aged = entry.priority + int(waited / interval)
+    return max(entry.priority, min(cap, aged))
+
+
+def order_queue(
+    entries: Sequence[QueueEntry],
+    now: datetime,
+    *,
+    interval: timedelta = AGING_INTERVAL,
+    cap: int = AGING_CAP,
+) -> list[QueueEntry]:
+    """Effective priority descending, then arrival (seq), then id: a total, stable order."""
+    return sorted(
+        entries,
+        key=lambda e: (-effective_priority(e, now, interval=interval, cap=cap), e.seq, e.id),
+    )
+
+
+@dataclass
+class PassResult:
+    placed: list[tuple[QueueEntry, Placement]] = field(default_factory=list)
+    waiting: list[tuple[QueueEntry, NoFit]] = field(default_factory=list)
+    never: list[tuple[QueueEntry, NoFit]] = field(default_factory=list)  # refuse these
+    blocked_by: str | None = None  # the starving entry the pass stopped at
+
+
+def schedule_pass(
+    entries: Sequence[QueueEntry],
+    pool: PoolView,
+    now: datetime,
+    policy: str = "best-fit",
+    *,
+    interval: timedelta = AGING_INTERVAL,
+    cap: int = AGING_CAP,
+) -> PassResult:
+    """Place what fits, in queue order. Each placement is held on `pool` (as a Holder named
+    after the entry id) so later entries see it: pass a view you do not need afterwards."""
+    result = PassResult()
+    for entry in order_queue(entries, now, interval=interval, cap=cap):
+        if result.blocked_by is not None:
+            result.waiting.append((entry, NoFit(f"waiting behind {result.blocked_by}", False)))
+            continue
+        outcome = place(entry.request, pool, policy)
+        if isinstance(outcome, Placement):
+            pool.hold(
+                outcome.slices,
+                Holder(
+                    alloc=entry.id,
+                    owner=entry.owner,
+                    slices=tuple(outcome.slices),
+                    job=entry.job,
+                    priority=entry.request.priority,
+                    preemptible=entry.request.preemptible,
+                ),
+            )
+            result.placed.append((entry, outcome))
+        elif outcome.never:
+            result.never.append((entry, outcome))
+        else:
+            result.waiting.append((entry, outcome))
+            if effective_priority(entry, now, interval=interval, cap=cap) >= cap:
+                result.blocked_by = entry.id
+    return result
