@@ -1,16 +1,19 @@
-"""Best fit: of the free slices that satisfy a request, take the smallest ones."""
+"""`alloc`'s request and its fit: of the free slices that satisfy it, the smallest ones.
+
+The matching and the choice are gpupoolctl.sched's (place() with ALLOC_POLICY), so there is
+one placement implementation; this module keeps the ledger's Request and its messages.
+"""
 
 from __future__ import annotations
 
-import fnmatch
-import functools
-import re
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpupoolctl.ledger.errors import NothingFits
 from gpupoolctl.ledger.state import State
+from gpupoolctl.sched import ALLOC_POLICY, JobRequest, Placement, PoolView, place
+from gpupoolctl.sched.ids import natural
 
 
 @dataclass(frozen=True)
@@ -29,37 +32,33 @@ class Request:
         return (", ".join(parts) or "any slice") + (f" x{self.count}" if self.count > 1 else "")
 
 
-def matches(entry: dict[str, Any], request: Request) -> bool:
-    if request.profile is not None:
-        wanted = request.profile.lower()
-        profile = (entry.get("profile") or "").lower()
-        names = {entry.get("kind", ""), profile, profile.split("/")[0]}
-        if wanted not in names:
-            return False
-    if request.memory_mib is not None and (entry.get("memory_mib") or 0) < request.memory_mib:
-        return False
-    if request.host is not None and not fnmatch.fnmatchcase(entry["host"], request.host):
-        return False
-    return request.vendor is None or entry.get("vendor") == request.vendor
-
-
-@functools.lru_cache(maxsize=65536)  # ids repeat on every alloc; parse each once
-def _natural(text: str) -> tuple[Any, ...]:
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+def job_request(request: Request) -> JobRequest:
+    """The same request in sched's terms (count -> gpus)."""
+    return JobRequest(
+        gpus=request.count,
+        profile=request.profile,
+        memory_mib=request.memory_mib,
+        vendor=request.vendor,
+        host=request.host,
+    )
 
 
 def fit_key(entry: dict[str, Any]) -> tuple[Any, ...]:
     """Least memory first (least waste), then the id in natural order: deterministic."""
-    return (entry.get("memory_mib") or 0, _natural(entry["id"]))
+    return (entry.get("memory_mib") or 0, natural(entry["id"]))
 
 
 def pick(state: State, request: Request, now: str) -> list[dict[str, Any]]:
+    """Placement is sched's (one implementation); `alloc` keeps its documented rule, least
+    memory then natural id (sched's ALLOC_POLICY), without best-fit's packing tie-breaks."""
     if request.count < 1:
         raise ValueError("count must be at least 1")
-    free = [s for s in state.free_slices(now) if matches(s, request)]
-    if len(free) < request.count:
-        raise NothingFits(_why(state, request, now, len(free)))
-    return sorted(free, key=fit_key)[: request.count]
+    pool = PoolView.from_state(state, now)
+    result = place(job_request(request), pool, ALLOC_POLICY)
+    if not isinstance(result, Placement):
+        found = sum(1 for _ in pool.free_candidates(job_request(request)))
+        raise NothingFits(_why(state, request, now, found))
+    return [state.slices[s] for s in result.slices]
 
 
 def _why(state: State, request: Request, now: str, found: int) -> str:

@@ -86,7 +86,7 @@ def _placement(request: JobRequest, chosen: list[Slot], policy: str, why: list[s
 
 def _counts(request: JobRequest, pool: PoolView) -> tuple[int, int, int]:
     shapes = pool.shapes_for(request)
-    return sum(s.free for s in shapes), sum(s.total for s in shapes), len(shapes)
+    return sum(pool.shape_free(s) for s in shapes), sum(len(s.members) for s in shapes), len(shapes)
 
 
 def _sequential(
@@ -122,10 +122,10 @@ def _why_first(request: JobRequest, pool: PoolView, slot: Slot, policy: str) -> 
         head = explain.candidates(len(found), len(list(pool.all_candidates(request))), 0)
         head = head.rsplit(", in", 1)[0] + f" on hosts matching {request.host}; "
     else:
-        same = sum(s.free for s in pool.shapes_for(request) if s.memory == slot.memory)
+        same = sum(pool.shape_free(s) for s in pool.shapes_for(request) if s.memory == slot.memory)
         head = ""
     waste = slot.memory - request.memory_mib if request.memory_mib else None
-    tier = slot.tier if policy in ("best-fit", "topology") else None
+    tier = pool.tier(slot) if policy in ("best-fit", "topology") else None
     return head + explain.single(slot.id, slot.memory, waste, same, tier, policy)
 
 
@@ -165,7 +165,7 @@ def _no_fit(request: JobRequest, pool: PoolView, tried: list[str | None]) -> NoF
     free_now = sum(1 for _ in pool.free_candidates(request))
     if None in tried:
         if request.host is None:
-            total = sum(s.total for s in pool.shapes_for(request))
+            total = sum(len(s.members) for s in pool.shapes_for(request))
         else:
             total = sum(1 for _ in pool.all_candidates(request))
         if total == 0:

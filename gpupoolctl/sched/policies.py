@@ -42,7 +42,7 @@ def slot_key(pool: PoolView, slot: Slot, policy: str) -> tuple[Any, ...]:
         )
     if policy == ALLOC_POLICY:
         return (slot.memory, slot.nat)
-    return (slot.memory, slot.tier, slot.nat)
+    return (slot.memory, pool.tier(slot), slot.nat)
 
 
 def pick_one(pool: PoolView, request: JobRequest, policy: str) -> Slot | None:
@@ -58,7 +58,7 @@ def pick_one(pool: PoolView, request: JobRequest, policy: str) -> Slot | None:
     best: tuple[Any, ...] | None = None
     memory: int | None = None
     for shape in pool.shapes_for(request):
-        if not shape.free:
+        if not pool.shape_free(shape):
             continue
         if memory is not None and shape.memory > memory:
             break
@@ -73,14 +73,14 @@ def pick_one(pool: PoolView, request: JobRequest, policy: str) -> Slot | None:
 
 
 def _spread_one(pool: PoolView, request: JobRequest) -> Slot | None:
-    shapes = [s for s in pool.shapes_for(request) if s.free]
-    hosts = {h for s in shapes for h, n in s.by_host.items() if n}
+    shapes = [s for s in pool.shapes_for(request) if pool.shape_free(s)]
+    hosts = {h for s in shapes for h, n in pool.shape_hosts(s).items() if n}
     hosts = {h for h in hosts if host_matches(h, request)}
     if not hosts:
         return None
     host = min(hosts, key=lambda h: (pool.host_load(h), natural(h)))
     wanted = {id(s) for s in shapes}
-    slots = [s for s in pool.host_slots(host) if s.tier >= 0 and id(s.shape) in wanted]
+    slots = [s for s in pool.host_slots(host) if pool.is_free(s.id) and id(s.shape) in wanted]
     return min(slots, key=lambda s: (pool.gpu_load(s.gpu), s.memory, s.nat))
 
 

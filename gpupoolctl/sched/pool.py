@@ -9,6 +9,11 @@ interchangeable for matching, so a request is matched against the few shapes, no
 every slice. Each shape keeps its free slices in four lists sorted by natural id, one per
 packing tier: (GPU partly used?, host partly used?). Best-fit then needs only the head of a
 list per shape; a hold or release moves the few free slices of that GPU/host between tiers.
+
+The static part (slots, shapes, per-host/GPU lists, totals) is a Skeleton shared by every
+view of the same slices (from_state reuses it while the ledger's slice map is unchanged);
+a shape's tier lists are built on first use. So `gpupoolctl alloc`, which builds a view
+per call, pays for the shapes it asks about and the holds, not for the whole pool.
 """
 
 from __future__ import annotations
@@ -27,13 +32,12 @@ if TYPE_CHECKING:
     from gpupoolctl.ledger.state import Allocation, State
 
 Nat = tuple[Any, ...]
-_SHAPE_FIELDS = ("kind", "profile", "memory_mib", "vendor", "model", "bandwidth_class")
 
 
 @dataclass(frozen=True)
 class Holder:
     """Who holds a slice. A hold is a job's when its allocation's request names the job
-    (`"job": id`, the jobs side writes JobRequest.to_dict() plus that) or a live job record
+    (`"job": id`; the jobs side writes JobRequest.to_dict() plus that) or a live job record
     names the allocation (`"alloc": id`); priority and preemptible come from the same place.
     Holds that are not a job's have no priority and are never preemptible."""
 
@@ -54,7 +58,7 @@ class Holder:
 
 @dataclass(slots=True, eq=False)
 class Slot:
-    """One slice as placement sees it (internal)."""
+    """One slice as placement sees it (static)."""
 
     id: str
     nat: Nat
@@ -63,42 +67,128 @@ class Slot:
     island: str
     memory: int
     shape: Shape
-    tier: int = -1  # -1 held; else 0..3 (see PoolView._tier)
 
 
 @dataclass(slots=True, eq=False)
 class Shape:
+    index: int
     key: tuple[Any, ...]
     entry: dict[str, Any]  # one slice of the shape: what requests are matched against
     memory: int
-    total: int = 0
-    free: int = 0
-    tiers: list[list[Nat]] = field(default_factory=lambda: [[], [], [], []])
-    by_host: dict[str, int] = field(default_factory=dict)  # free slices per host
+    members: list[Slot] = field(default_factory=list)  # natural order
+
+
+class Skeleton:
+    """The static index of a set of slices."""
+
+    def __init__(self, slices: Iterable[dict[str, Any]]) -> None:
+        self.slices: dict[str, dict[str, Any]] = {}
+        self.slots: dict[str, Slot] = {}
+        self.by_nat: dict[Nat, str] = {}
+        self.shapes: list[Shape] = []
+        self.host_slots: dict[str, list[Slot]] = {}
+        self.gpu_slots: dict[str, list[Slot]] = {}
+        self.total_host: dict[str, int] = {}
+        self.total_gpu: dict[str, int] = {}
+        self.total_island: dict[str, int] = {}
+        self.match_cache: dict[tuple[Any, ...], list[Shape]] = {}
+        shapes: dict[tuple[Any, ...], Shape] = {}
+        for entry in sorted(slices, key=lambda s: natural(s["id"])):
+            sid, host = entry["id"], entry["host"]
+            memory = int(entry.get("memory_mib") or 0)
+            key = (
+                entry.get("kind"),
+                entry.get("profile"),
+                memory,
+                entry.get("vendor"),
+                entry.get("model"),
+                entry.get("bandwidth_class"),
+            )
+            shape = shapes.get(key)
+            if shape is None:
+                shape = shapes[key] = Shape(len(self.shapes), key, entry, memory)
+                self.shapes.append(shape)
+            gpu = _gpu_key(entry)
+            island = str(entry.get("island") or gpu)
+            slot = Slot(sid, natural(sid), host, gpu, island, memory, shape)
+            shape.members.append(slot)
+            self.slices[sid] = entry
+            self.slots[sid] = slot
+            self.by_nat[slot.nat] = sid
+            self.host_slots.setdefault(host, []).append(slot)
+            self.gpu_slots.setdefault(gpu, []).append(slot)
+            self.total_host[host] = self.total_host.get(host, 0) + memory
+            self.total_gpu[gpu] = self.total_gpu.get(gpu, 0) + memory
+            self.total_island[island] = self.total_island.get(island, 0) + memory
+        self.shape_order = sorted(self.shapes, key=lambda s: (s.memory, repr(s.key)))
+
+    def shapes_for(self, request: JobRequest) -> list[Shape]:
+        key = request.static_key()
+        found = self.match_cache.get(key)
+        if found is None:
+            found = [s for s in self.shape_order if shape_matches(s.entry, request)]
+            self.match_cache[key] = found
+        return found
+
+
+# The ledger replaces its slice map on every `slices` record and never edits it in place,
+# so the map's identity says whether a skeleton is still good. The map is kept referenced,
+# so its id cannot be reused while cached.
+_SKELETONS: list[tuple[dict[str, Any], int, Skeleton]] = []
+
+
+def _skeleton_of(slices: dict[str, dict[str, Any]]) -> Skeleton:
+    for known, size, skeleton in _SKELETONS:
+        if known is slices and size == len(slices):
+            return skeleton
+    skeleton = Skeleton(slices.values())
+    _SKELETONS.insert(0, (slices, len(slices), skeleton))
+    del _SKELETONS[4:]
+    return skeleton
+
+
+class _FreeIds(AbstractSet[str]):
+    """The free slice ids of a view, computed on demand."""
+
+    def __init__(self, view: PoolView) -> None:
+        self._view = view
+
+    def __contains__(self, sid: object) -> bool:
+        view = self._view
+        return sid in view._sk.slots and sid not in view._taken
+
+    def __iter__(self) -> Iterator[str]:
+        taken = self._view._taken
+        return (sid for sid in self._view._sk.slots if sid not in taken)
+
+    def __len__(self) -> int:
+        return len(self._view._sk.slots) - len(self._view._taken)
 
 
 class PoolView:
-    def __init__(self, slices: Iterable[dict[str, Any]], holders: Iterable[Holder] = ()) -> None:
-        self.slices: dict[str, dict[str, Any]] = {}
-        self._slots: dict[str, Slot] = {}
-        self._by_nat: dict[Nat, str] = {}
-        self._shapes: dict[tuple[Any, ...], Shape] = {}
-        self._host_slots: dict[str, list[Slot]] = {}
-        self._gpu_slots: dict[str, list[Slot]] = {}
-        self._held_gpu: dict[str, int] = {}
-        self._held_host: dict[str, int] = {}
-        self._mem_host: dict[str, list[int]] = {}  # host -> [held MiB, total MiB]
-        self._mem_gpu: dict[str, list[int]] = {}
-        self._mem_island: dict[str, list[int]] = {}
-        self._free: set[str] = set()
+    def __init__(
+        self,
+        slices: Iterable[dict[str, Any]] | Skeleton,
+        holders: Iterable[Holder] = (),
+    ) -> None:
+        self._sk = slices if isinstance(slices, Skeleton) else Skeleton(slices)
+        self.slices: Mapping[str, dict[str, Any]] = self._sk.slices
+        self._taken: set[str] = set()  # held, or taken tentatively by place()
         self._holder_of: dict[str, Holder] = {}
         self._holds: dict[str, Holder] = {}
-        self._match_cache: dict[tuple[Any, ...], list[Shape]] = {}
-        for entry in sorted(slices, key=lambda s: natural(s["id"])):
-            self._add(entry)
-        self._shape_order = sorted(self._shapes.values(), key=lambda s: (s.memory, s.key))
+        self._held_gpu: dict[str, int] = {}
+        self._held_host: dict[str, int] = {}
+        self._held_mem_host: dict[str, int] = {}
+        self._held_mem_gpu: dict[str, int] = {}
+        self._held_mem_island: dict[str, int] = {}
+        # Per shape index, built on first use: four tier lists, free count, free per host.
+        self._tiers: dict[int, list[list[Nat]]] = {}
+        self._shape_free: dict[int, int] = {}
+        self._by_host: dict[int, dict[str, int]] = {}
+        self._tier_of: dict[str, int] = {}  # free slots of built shapes
         for holder in holders:
             self.hold(holder.slices, holder)
+        self._free_ids = _FreeIds(self)
 
     # -- construction ---------------------------------------------------------------------
 
@@ -121,42 +211,14 @@ class PoolView:
                 s for s in holder.slices if s in state.slices and state.holders.get(s) == alloc.id
             )
             holders.append(replace(holder, slices=mine))
-        return cls(state.slices.values(), holders)
-
-    def _add(self, entry: dict[str, Any]) -> None:
-        sid = entry["id"]
-        host = entry["host"]
-        key = tuple(entry.get(f) for f in _SHAPE_FIELDS)
-        shape = self._shapes.get(key)
-        if shape is None:
-            shape = self._shapes[key] = Shape(key, entry, int(entry.get("memory_mib") or 0))
-        gpu = _gpu_key(entry)
-        slot = Slot(
-            id=sid,
-            nat=natural(sid),
-            host=host,
-            gpu=gpu,
-            island=str(entry.get("island") or gpu),
-            memory=shape.memory,
-            shape=shape,
-        )
-        self.slices[sid] = entry
-        self._slots[sid] = slot
-        self._by_nat[slot.nat] = sid
-        self._host_slots.setdefault(host, []).append(slot)
-        self._gpu_slots.setdefault(gpu, []).append(slot)
-        self._mem_host.setdefault(host, [0, 0])[1] += slot.memory
-        self._mem_gpu.setdefault(gpu, [0, 0])[1] += slot.memory
-        self._mem_island.setdefault(slot.island, [0, 0])[1] += slot.memory
-        shape.total += 1
-        self._set_free(slot)
+        return cls(_skeleton_of(state.slices), holders)
 
     # -- public queries -------------------------------------------------------------------
 
     @property
     def free(self) -> AbstractSet[str]:
-        """Ids of the free slices (a live, read-only view)."""
-        return self._free
+        """Ids of the free slices (a live, read-only set)."""
+        return self._free_ids
 
     def holder(self, slice_id: str) -> Holder | None:
         return self._holder_of.get(slice_id)
@@ -167,36 +229,55 @@ class PoolView:
         return self._holds
 
     def host_load(self, host: str) -> float:
-        held, total = self._mem_host.get(host, (0, 0))
-        return held / total if total else 0.0
-
-    def gpu_load(self, gpu: str) -> float:
-        held, total = self._mem_gpu.get(gpu, (0, 0))
-        return held / total if total else 0.0
+        total = self._sk.total_host.get(host, 0)
+        return self._held_mem_host.get(host, 0) / total if total else 0.0
 
     def gpu_memory(self, gpu: str) -> tuple[int, int]:
         """(held MiB, total MiB) of a GPU."""
-        held, total = self._mem_gpu.get(gpu, (0, 0))
-        return held, total
+        return self._held_mem_gpu.get(gpu, 0), self._sk.total_gpu.get(gpu, 0)
 
-    def island_load(self, island: str) -> float:
-        held, total = self._mem_island.get(island, (0, 0))
+    def gpu_load(self, gpu: str) -> float:
+        held, total = self.gpu_memory(gpu)
         return held / total if total else 0.0
 
+    def island_load(self, island: str) -> float:
+        total = self._sk.total_island.get(island, 0)
+        return self._held_mem_island.get(island, 0) / total if total else 0.0
+
     def slot(self, slice_id: str) -> Slot:
-        return self._slots[slice_id]
+        return self._sk.slots[slice_id]
 
     def hosts(self) -> list[str]:
-        return list(self._host_slots)
+        return list(self._sk.host_slots)
+
+    def host_slots(self, host: str) -> list[Slot]:
+        return self._sk.host_slots.get(host, [])
+
+    def is_free(self, slice_id: str) -> bool:
+        return slice_id not in self._taken
+
+    def gpu_used(self, gpu: str) -> bool:
+        return self._held_gpu.get(gpu, 0) > 0
+
+    def host_used(self, host: str) -> bool:
+        return self._held_host.get(host, 0) > 0
+
+    def tier(self, slot: Slot) -> int:
+        """Packing tier of a slot: 0 best (GPU and host partly used) .. 3 (both untouched)."""
+        gpu_used = self._held_gpu.get(slot.gpu, 0) > 0
+        host_used = self._held_host.get(slot.host, 0) > 0
+        return (0 if gpu_used else 2) + (0 if host_used else 1)
 
     # -- changing the view (simulation; never the ledger) ----------------------------------
 
     def hold(self, slice_ids: Iterable[str], holder: Holder) -> None:
         """Mark slices held by `holder`. A slice held already is a ValueError: never two."""
         ids = list(slice_ids)
-        taken = [s for s in ids if s not in self._free]
-        if taken:
-            raise ValueError(f"{holder.alloc}: {', '.join(taken)} not free")
+        unknown = [s for s in ids if s not in self._sk.slots]
+        taken = [s for s in ids if s in self._taken]
+        if unknown or taken or len(set(ids)) != len(ids) or holder.alloc in self._holds:
+            what = ", ".join(unknown + taken) or "twice"
+            raise ValueError(f"{holder.alloc}: cannot hold {what}")
         for sid in ids:
             self.take(sid)
             self._holder_of[sid] = holder
@@ -213,116 +294,130 @@ class PoolView:
 
     def take(self, slice_id: str) -> None:
         """Low level: the slice is no longer free (no holder recorded). For tentative picks."""
-        slot = self._slots[slice_id]
-        shape = slot.shape
-        tier_list = shape.tiers[slot.tier]
-        del tier_list[bisect_left(tier_list, slot.nat)]
-        slot.tier = -1
-        shape.free -= 1
-        shape.by_host[slot.host] -= 1
-        self._free.discard(slice_id)
-        self._mem_host[slot.host][0] += slot.memory
-        self._mem_gpu[slot.gpu][0] += slot.memory
-        self._mem_island[slot.island][0] += slot.memory
-        self._held_gpu[slot.gpu] = self._held_gpu.get(slot.gpu, 0) + 1
-        self._held_host[slot.host] = self._held_host.get(slot.host, 0) + 1
+        if slice_id in self._taken:
+            raise ValueError(f"{slice_id} is not free")
+        slot = self._sk.slots[slice_id]
+        self._taken.add(slice_id)
+        index = slot.shape.index
+        tier = self._tier_of.pop(slice_id, None)
+        if tier is not None:
+            tier_list = self._tiers[index][tier]
+            del tier_list[bisect_left(tier_list, slot.nat)]
+            self._shape_free[index] -= 1
+            self._by_host[index][slot.host] -= 1
+        self._count(slot, +1)
         if self._held_gpu[slot.gpu] == 1:
-            self._retier(self._gpu_slots[slot.gpu])
+            self._retier(self._sk.gpu_slots[slot.gpu])
         if self._held_host[slot.host] == 1:
-            self._retier(self._host_slots[slot.host])
+            self._retier(self._sk.host_slots[slot.host])
 
     def give(self, slice_id: str) -> None:
         """Low level: the inverse of take."""
-        slot = self._slots[slice_id]
-        self._mem_host[slot.host][0] -= slot.memory
-        self._mem_gpu[slot.gpu][0] -= slot.memory
-        self._mem_island[slot.island][0] -= slot.memory
-        self._held_gpu[slot.gpu] -= 1
-        self._held_host[slot.host] -= 1
-        self._set_free(slot)
+        if slice_id not in self._taken:
+            raise ValueError(f"{slice_id} is free already")
+        slot = self._sk.slots[slice_id]
+        self._taken.discard(slice_id)
+        self._count(slot, -1)
+        index = slot.shape.index
+        if index in self._tiers:
+            tier = self.tier(slot)
+            insort(self._tiers[index][tier], slot.nat)
+            self._tier_of[slice_id] = tier
+            self._shape_free[index] += 1
+            self._by_host[index][slot.host] = self._by_host[index].get(slot.host, 0) + 1
         if self._held_gpu[slot.gpu] == 0:
-            self._retier(self._gpu_slots[slot.gpu])
+            self._retier(self._sk.gpu_slots[slot.gpu])
         if self._held_host[slot.host] == 0:
-            self._retier(self._host_slots[slot.host])
+            self._retier(self._sk.host_slots[slot.host])
 
-    def _tier(self, slot: Slot) -> int:
-        """0 best for packing: GPU partly used and host partly used; 3: both untouched."""
-        gpu_used = self._held_gpu.get(slot.gpu, 0) > 0
-        host_used = self._held_host.get(slot.host, 0) > 0
-        return (0 if gpu_used else 2) + (0 if host_used else 1)
-
-    def _set_free(self, slot: Slot) -> None:
-        shape = slot.shape
-        slot.tier = self._tier(slot)
-        insort(shape.tiers[slot.tier], slot.nat)
-        shape.free += 1
-        shape.by_host[slot.host] = shape.by_host.get(slot.host, 0) + 1
-        self._free.add(slot.id)
+    def _count(self, slot: Slot, step: int) -> None:
+        memory = step * slot.memory
+        self._held_mem_host[slot.host] = self._held_mem_host.get(slot.host, 0) + memory
+        self._held_mem_gpu[slot.gpu] = self._held_mem_gpu.get(slot.gpu, 0) + memory
+        self._held_mem_island[slot.island] = self._held_mem_island.get(slot.island, 0) + memory
+        self._held_gpu[slot.gpu] = self._held_gpu.get(slot.gpu, 0) + step
+        self._held_host[slot.host] = self._held_host.get(slot.host, 0) + step
 
     def _retier(self, slots: list[Slot]) -> None:
         for slot in slots:
-            if slot.tier < 0:
+            old = self._tier_of.get(slot.id)
+            if old is None:
                 continue
-            tier = self._tier(slot)
-            if tier != slot.tier:
-                tiers = slot.shape.tiers
-                old = tiers[slot.tier]
-                del old[bisect_left(old, slot.nat)]
+            tier = self.tier(slot)
+            if tier != old:
+                tiers = self._tiers[slot.shape.index]
+                del tiers[old][bisect_left(tiers[old], slot.nat)]
                 insort(tiers[tier], slot.nat)
-                slot.tier = tier
+                self._tier_of[slot.id] = tier
+
+    def _build(self, shape: Shape) -> list[list[Nat]]:
+        tiers: list[list[Nat]] = [[], [], [], []]
+        by_host: dict[str, int] = {}
+        free = 0
+        taken, tier_of = self._taken, self._tier_of
+        held_gpu, held_host = self._held_gpu, self._held_host
+        for slot in shape.members:  # natural order: appending keeps the lists sorted
+            if slot.id in taken:
+                continue
+            # self.tier(), inlined: this loop is most of what a view of a big pool costs
+            tier = (0 if held_gpu.get(slot.gpu) else 2) + (0 if held_host.get(slot.host) else 1)
+            tiers[tier].append(slot.nat)
+            tier_of[slot.id] = tier
+            by_host[slot.host] = by_host.get(slot.host, 0) + 1
+            free += 1
+        self._tiers[shape.index] = tiers
+        self._shape_free[shape.index] = free
+        self._by_host[shape.index] = by_host
+        return tiers
 
     # -- matching -------------------------------------------------------------------------
 
     def shapes_for(self, request: JobRequest) -> list[Shape]:
         """Shapes that satisfy the request (host aside), smallest memory first."""
-        key = request.static_key()
-        found = self._match_cache.get(key)
-        if found is None:
-            found = [s for s in self._shape_order if shape_matches(s.entry, request)]
-            self._match_cache[key] = found
-        return found
+        return self._sk.shapes_for(request)
 
-    def free_candidates(self, request: JobRequest) -> Iterator[Slot]:
-        """Free slots that satisfy the request, host glob included (any order)."""
-        for shape in self.shapes_for(request):
-            for tier_list in shape.tiers:
-                for nat in tier_list:
-                    slot = self._slots[self._by_nat[nat]]
-                    if host_matches(slot.host, request):
-                        yield slot
+    def shape_free(self, shape: Shape) -> int:
+        if shape.index not in self._tiers:
+            self._build(shape)
+        return self._shape_free[shape.index]
 
-    def all_candidates(self, request: JobRequest) -> Iterator[Slot]:
-        """Every slot that would satisfy the request if the pool were empty."""
-        wanted = {id(s) for s in self.shapes_for(request)}
-        for slot in self._slots.values():
-            if id(slot.shape) in wanted and host_matches(slot.host, request):
-                yield slot
+    def shape_hosts(self, shape: Shape) -> dict[str, int]:
+        """Free slices of the shape per host (hosts with none may appear with 0)."""
+        if shape.index not in self._tiers:
+            self._build(shape)
+        return self._by_host[shape.index]
 
     def heads(self, shape: Shape) -> tuple[int, Nat] | None:
         """The best free slice of a shape for packing: (tier, natural id)."""
-        for tier, tier_list in enumerate(shape.tiers):
+        tiers = self._tiers.get(shape.index) or self._build(shape)
+        for tier, tier_list in enumerate(tiers):
             if tier_list:
                 return tier, tier_list[0]
         return None
 
     def smallest_id(self, shape: Shape) -> Nat | None:
-        heads = [t[0] for t in shape.tiers if t]
+        tiers = self._tiers.get(shape.index) or self._build(shape)
+        heads = [t[0] for t in tiers if t]
         return min(heads) if heads else None
 
     def id_of(self, nat: Nat) -> str:
-        return self._by_nat[nat]
+        return self._sk.by_nat[nat]
 
-    def host_slots(self, host: str) -> list[Slot]:
-        return self._host_slots.get(host, [])
+    def free_candidates(self, request: JobRequest) -> Iterator[Slot]:
+        """Free slots that satisfy the request, host glob included, in natural order per
+        shape."""
+        taken = self._taken
+        for shape in self.shapes_for(request):
+            for slot in shape.members:
+                if slot.id not in taken and host_matches(slot.host, request):
+                    yield slot
 
-    def group_used(self, hosts: Iterable[str]) -> bool:
-        return any(self._held_host.get(h, 0) for h in hosts)
-
-    def gpu_used(self, gpu: str) -> bool:
-        return self._held_gpu.get(gpu, 0) > 0
-
-    def host_used(self, host: str) -> bool:
-        return self._held_host.get(host, 0) > 0
+    def all_candidates(self, request: JobRequest) -> Iterator[Slot]:
+        """Every slot that would satisfy the request if the pool were empty."""
+        for shape in self.shapes_for(request):
+            for slot in shape.members:
+                if host_matches(slot.host, request):
+                    yield slot
 
 
 def _gpu_key(entry: dict[str, Any]) -> str:
@@ -334,15 +429,16 @@ def _gpu_key(entry: dict[str, Any]) -> str:
 
 def _holder(alloc: Allocation, job: dict[str, Any] | None) -> Holder:
     request = alloc.request or {}
-    job_request = (job or {}).get("request") or {}
+    job = job or {}
+    job_request = job.get("request") or {}
 
     def first(key: str) -> Any:
-        for source in (request, job or {}, job_request):
+        for source in (request, job, job_request):
             if source.get(key) is not None:
                 return source[key]
         return None
 
-    job_id = request.get("job") or (job or {}).get("id")
+    job_id = request.get("job") or job.get("id")
     priority = first("priority")
     return Holder(
         alloc=alloc.id,
