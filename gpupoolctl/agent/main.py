@@ -43,6 +43,10 @@ def _dispatch(request: dict[str, Any]) -> Any:
         from gpupoolctl.agent import partition
 
         return partition.handle(request.get("args"))
+    if verb in ("launch", "poll", "signal", "logs"):
+        from gpupoolctl.agent import jobs
+
+        return jobs.handle(verb, request.get("args"), host, sim)
     raise AgentError(f"unknown verb {verb!r}", "BadRequest")
 
 

@@ -66,6 +66,9 @@ class SimState:
             data = json.load(handle)
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
             raise ValueError(f"{path}: not a gpupoolctl sim state file (version {STATE_VERSION})")
+        from gpupoolctl.sim.procs import prune_ended_jobs
+
+        prune_ended_jobs(data)  # launched jobs that have ended are no longer GPU processes
         return cls(path, data)
 
     @classmethod

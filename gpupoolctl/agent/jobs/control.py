@@ -1,0 +1,169 @@
+"""The `poll`, `signal` and `logs` verbs: read a job's folder, signal its process group."""
+
+from __future__ import annotations
+
+import os
+import signal as signals
+import time
+from pathlib import Path
+from typing import Any
+
+from gpupoolctl.agent.jobs import paths
+from gpupoolctl.agent.protocol import AgentError
+
+STARTING_GRACE_S = 30.0  # a folder without pid.json younger than this is a launch in progress
+MAX_LOG_CHUNK = 1 << 20
+_SIGNALS = {"TERM": signals.SIGTERM, "KILL": signals.SIGKILL, "INT": signals.SIGINT}
+_SIGNALS["HUP"] = signals.SIGHUP
+
+
+def status(root: Path, job_id: str, fence: bool = False) -> dict[str, Any]:
+    """One job's state from its folder (and whether its processes still run)."""
+    folder = paths.job_dir(root, job_id)
+    out: dict[str, Any] = {
+        "state": "absent",
+        "exit_code": None,
+        "signal": None,
+        "pid": None,
+        "started": None,
+        "ended": None,
+        "error": None,
+        "fenced": False,
+    }
+    if not folder.is_dir():
+        if fence:
+            paths.ensure_root(root)
+            try:
+                os.mkdir(folder, 0o700)  # the same claim launch makes: whoever is first wins
+            except FileExistsError:
+                return status(root, job_id)
+            (folder / "fenced").touch(0o600)
+            out["fenced"] = True
+        return out
+    exited = paths.read_json(folder / "exit.json")
+    started = paths.read_json(folder / "pid.json")
+    if started:
+        out.update(pid=started.get("pid"), started=started.get("started"))
+    if exited:
+        out.update(
+            state="exited",
+            exit_code=exited.get("exit_code"),
+            signal=exited.get("signal"),
+            ended=exited.get("ended"),
+            error=exited.get("error"),
+        )
+        return out
+    if started:
+        wrapper = paths.alive(int(started.get("wrapper_pid") or 0), started.get("wrapper_start"))
+        job = paths.alive(int(started.get("pid") or 0), started.get("proc_start"))
+        if wrapper or job:
+            out["state"] = "running"
+            if not wrapper:
+                out["error"] = "its wrapper died: the exit code will not be known"
+        else:
+            # Both gone without exit.json: killed with its wrapper, or the node rebooted.
+            exited = paths.read_json(folder / "exit.json")  # unless it just finished
+            if exited:
+                return status(root, job_id)
+            out.update(state="lost", error="the job and its wrapper are gone, no exit code")
+        return out
+    if (folder / "fenced").exists():
+        out["fenced"] = True
+        return out
+    meta = paths.read_json(folder / "meta.json") or {}
+    created = float(meta.get("created") or _mtime(folder))
+    if time.time() - created < STARTING_GRACE_S:
+        out["state"] = "starting"
+    else:
+        out.update(state="lost", error="launched but never started")
+    return out
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def poll(args: dict[str, Any], root: Path) -> dict[str, Any]:
+    job_ids = args.get("job_ids")
+    if not isinstance(job_ids, list):
+        raise AgentError("poll: job_ids must be a list", "BadRequest")
+    fence = bool(args.get("fence"))
+    return {"jobs": {paths.check_job_id(j): status(root, j, fence) for j in job_ids}}
+
+
+def signal_job(args: dict[str, Any], root: Path) -> dict[str, Any]:
+    job_id = paths.check_job_id(args.get("job_id"))
+    name = str(args.get("signal") or "TERM").upper().removeprefix("SIG")
+    if name not in _SIGNALS:
+        raise AgentError(f"signal: {name!r} is not one of {', '.join(_SIGNALS)}", "BadRequest")
+    try:
+        wait_s = max(0.0, min(float(args.get("wait_s") or 0), 600.0))
+    except (TypeError, ValueError):
+        raise AgentError("signal: wait_s must be a number", "BadRequest") from None
+    current = status(root, job_id)
+    sent = False
+    if current["state"] == "running" and current["pid"]:
+        try:
+            os.killpg(int(current["pid"]), _SIGNALS[name])  # the job's own process group
+            sent = True
+        except ProcessLookupError:
+            pass
+        except PermissionError as exc:
+            raise AgentError(f"signal: not allowed: {exc}", "SignalFailed") from None
+    deadline = time.monotonic() + wait_s
+    while sent and current["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        current = status(root, job_id)
+    if sent:
+        current = status(root, job_id)
+    return {"sent": sent, **current}
+
+
+def logs(args: dict[str, Any], root: Path) -> dict[str, Any]:
+    job_id = paths.check_job_id(args.get("job_id"))
+    stream = args.get("stream") or "stdout"
+    if stream not in ("stdout", "stderr"):
+        raise AgentError("logs: stream must be stdout or stderr", "BadRequest")
+    try:
+        offset = int(args.get("offset") or 0)
+        limit = max(1, min(int(args.get("max_bytes") or 65536), MAX_LOG_CHUNK))
+    except (TypeError, ValueError):
+        raise AgentError("logs: offset and max_bytes must be integers", "BadRequest") from None
+    folder = paths.job_dir(root, job_id)
+    if not folder.is_dir():
+        raise AgentError(f"logs: no job {job_id} on this node", "NoSuchJob")
+    state = status(root, job_id)["state"]  # read before the file: then no output is missed
+    path = folder / stream
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            start = max(0, size + offset) if offset < 0 else min(offset, size)
+            handle.seek(start)
+            chunk = handle.read(limit)
+            while chunk and chunk[0] & 0xC0 == 0x80 and offset < 0:
+                chunk, start = chunk[1:], start + 1  # from the end: start on a whole character
+    except FileNotFoundError:
+        size, start, chunk = 0, 0, b""
+    chunk = _whole_characters(chunk, more=start + len(chunk) < size or state == "running")
+    return {
+        "text": chunk.decode("utf-8", "replace"),
+        "offset": start,
+        "next_offset": start + len(chunk),
+        "size": size,
+        "state": state,
+    }
+
+
+def _whole_characters(chunk: bytes, more: bool) -> bytes:
+    """Cut an incomplete UTF-8 sequence off the end; the next chunk starts with it."""
+    if not more:
+        return chunk
+    for back in range(1, min(4, len(chunk)) + 1):
+        byte = chunk[-back]
+        if byte & 0xC0 != 0x80:  # a lead byte (or ASCII): does its sequence fit?
+            need = 1 if byte < 0x80 else 2 if byte >> 5 == 6 else 3 if byte >> 4 == 14 else 4
+            return chunk if need <= back else chunk[:-back]
+    return chunk

@@ -1,0 +1,281 @@
+"""The `launch` verb: start a job detached from the agent, in a folder of its own."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from gpupoolctl.agent.jobs import paths
+from gpupoolctl.agent.protocol import AgentError
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_VISIBILITY = (
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+)
+
+
+def _bad(message: str) -> AgentError:
+    return AgentError(f"launch: {message}", "BadRequest")
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str) or "\0" in value:
+        raise _bad(f"{what} must be a string without NUL bytes")
+    return value
+
+
+def parse(args: dict[str, Any]) -> dict[str, Any]:
+    job_id = paths.check_job_id(args.get("job_id"))
+    argv = args.get("argv")
+    if not isinstance(argv, list) or not argv:
+        raise _bad("argv must be a non-empty list of strings")
+    argv = [_text(a, "every argv item") for a in argv]
+    env = args.get("env") or {}
+    if not isinstance(env, dict):
+        raise _bad("env must be an object of strings")
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
+            raise _bad(f"bad environment variable name {key!r}")
+        _text(value, f"env {key}")
+    workdir = args.get("workdir")
+    if workdir is not None:
+        workdir = os.path.expanduser(_text(workdir, "workdir"))
+        if not os.path.isdir(workdir):
+            raise AgentError(f"launch: workdir {workdir!r} is not a folder here", "BadWorkdir")
+    devices = args.get("devices") or {}
+    if not isinstance(devices, dict):
+        raise _bad("devices must be an object")
+    vendor = devices.get("vendor")
+    uuids = devices.get("uuids") or []
+    if vendor not in (None, "nvidia", "amd"):
+        raise _bad(f"unknown vendor {vendor!r}")
+    if not isinstance(uuids, list) or not all(isinstance(u, str) and u for u in uuids):
+        raise _bad("devices.uuids must be a list of strings")
+    return {
+        "job_id": job_id,
+        "argv": argv,
+        "env": dict(env),
+        "workdir": workdir,
+        "devices": {"vendor": vendor, "uuids": list(uuids)},
+    }
+
+
+def visibility(vendor: str | None, uuids: list[str]) -> dict[str, str]:
+    """The variables that confine the job to its slice."""
+    if vendor == "nvidia":
+        names = []
+        for uuid in uuids:
+            # A comma would smuggle in another device; "/gi1" names a GI without a CI.
+            if not uuid.startswith(("GPU-", "MIG-")) or any(c in uuid for c in ",/ "):
+                raise AgentError(
+                    f"launch: {uuid!r} is not a GPU or MIG device uuid (a MIG instance without "
+                    "a compute instance cannot run work)",
+                    "BadDevices",
+                )
+            names.append(uuid)
+        # CUDA takes uuids directly; with MIG, CUDA uses the first MIG device listed.
+        return {"CUDA_VISIBLE_DEVICES": ",".join(names)}
+    if vendor == "amd":
+        order = _amd_positions(uuids)
+        # ROCr narrows the node to these logical GPUs; HIP then numbers what it sees from 0.
+        return {
+            "ROCR_VISIBLE_DEVICES": ",".join(str(p) for p in order),
+            "HIP_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(order))),
+        }
+    return {}
+
+
+def _amd_positions(uuids: list[str]) -> list[int]:
+    """Logical GPU numbers (amdsmi's handle order, which ROCm follows) of the given uuids."""
+    from gpupoolctl.agent.drivers.amdsmi import DriverUnavailable, _import_amdsmi
+
+    try:
+        lib = _import_amdsmi()
+    except DriverUnavailable as exc:
+        raise AgentError(f"launch: cannot map AMD devices: {exc}", "BadDevices") from None
+    lib.amdsmi_init(lib.AmdSmiInitFlags.INIT_AMD_GPUS)
+    try:
+        found = {
+            str(lib.amdsmi_get_gpu_device_uuid(h)).lower(): index
+            for index, h in enumerate(lib.amdsmi_get_processor_handles())
+        }
+    finally:
+        lib.amdsmi_shut_down()
+    out = []
+    for uuid in uuids:
+        if uuid.lower() not in found:
+            raise AgentError(f"launch: no AMD GPU {uuid} on this node", "BadDevices")
+        out.append(found[uuid.lower()])
+    return out
+
+
+def launch(
+    args: dict[str, Any], root: Path, host: str, sim: dict[str, Any] | None
+) -> dict[str, Any]:
+    from gpupoolctl.agent.drivers.amdsmi import _stdout_to_stderr
+
+    request = parse(args)
+    with _stdout_to_stderr():  # vendor libraries must not write into our JSON answer
+        visible = visibility(request["devices"]["vendor"], request["devices"]["uuids"])
+    paths.ensure_root(root)
+    folder = root / request["job_id"]
+    try:
+        os.mkdir(folder, 0o700)  # the claim: one launch per job id, ever, on this node
+    except FileExistsError:
+        raise AgentError(
+            f"job {request['job_id']} already exists on this node (launched, or fenced by "
+            "a recovery pass)",
+            "JobExists",
+        ) from None
+    created = time.time()
+    paths.write_json(
+        folder / "meta.json",
+        {**request, "visible": visible, "created": created},
+    )
+    env = dict(os.environ)
+    env.update(request["env"])
+    for name in _VISIBILITY:  # the slice wins over anything the request or login set
+        env.pop(name, None)
+    env.update(visible)
+    env["GPUPOOL_JOB_ID"] = request["job_id"]
+    env["GPUPOOL_JOB_DIR"] = str(folder)
+    report = _spawn(request["argv"], env, request["workdir"] or os.path.expanduser("~"), folder)
+    if "error" in report:
+        raise AgentError(f"launch: {report['error']}", "LaunchFailed")
+    if sim is not None:
+        _show_on_sim_gpus(host, sim, request, int(report["pid"]))
+    return {
+        "pid": report["pid"],
+        "pgid": report["pid"],
+        "job_dir": str(folder),
+        "started": report["started"],
+        "visible": visible,
+    }
+
+
+def _show_on_sim_gpus(host: str, sim: dict[str, Any], request: dict[str, Any], pid: int) -> None:
+    """On a simulated node the job also appears as a process on its simulated GPUs."""
+    from gpupoolctl.sim import SimState, procs
+
+    state = SimState.open(host, str(sim.get("template")), sim.get("state_dir"))
+    procs.register_job(
+        state,
+        request["devices"]["vendor"],
+        request["devices"]["uuids"],
+        pid,
+        request["job_id"],
+        os.path.basename(request["argv"][0]),
+    )
+
+
+def _spawn(argv: list[str], env: dict[str, str], workdir: str, folder: Path) -> dict[str, Any]:
+    """Double fork: the wrapper ends up in a session of its own, re-parented to init."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # intermediate: new session, fork the wrapper, leave at once
+        try:
+            os.close(read_end)
+            os.setsid()
+            if os.fork() == 0:
+                _wrapper(argv, env, workdir, folder, write_end)
+        finally:
+            os._exit(0)  # never back into the agent (no atexit, no second answer)
+    os.close(write_end)
+    os.waitpid(child, 0)
+    chunks = []
+    with os.fdopen(read_end, "rb") as reader:
+        chunks.append(reader.read())
+    raw = b"".join(chunks)
+    try:
+        report = json.loads(raw.decode("utf-8"))
+    except ValueError:
+        return {"error": "the job wrapper died before it reported"}
+    return report if isinstance(report, dict) else {"error": "bad wrapper report"}
+
+
+def _detach_fds(keep: int) -> None:
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)  # the agent's pipes (the SSH channel) must close when it exits
+    try:
+        open_fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        open_fds = list(range(3, 1024))
+    for fd in open_fds:
+        if fd > 2 and fd != keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _wrapper(argv: list[str], env: dict[str, str], workdir: str, folder: Path, report: int) -> None:
+    """Run the job, report its pid through `report`, wait, write exit.json. Never returns."""
+    try:
+        _detach_fds(report)
+        out = os.open(folder / "stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        err = os.open(folder / "stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=workdir,
+                env=env,
+                start_new_session=True,  # its own process group: `signal` reaches all of it
+                close_fds=True,
+            )
+        except OSError as exc:
+            message = f"cannot run {argv[0]!r}: {exc.strerror or exc}"
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            paths.write_json(
+                folder / "exit.json",
+                {"exit_code": code, "signal": None, "ended": time.time(), "error": message},
+            )
+            os.write(report, json.dumps({"error": message}).encode())
+            return
+        os.close(out)
+        os.close(err)
+        started = time.time()
+        paths.write_json(
+            folder / "pid.json",
+            {
+                "pid": process.pid,
+                "pgid": process.pid,
+                "wrapper_pid": os.getpid(),
+                "wrapper_start": paths.proc_start(os.getpid()),
+                "proc_start": paths.proc_start(process.pid),
+                "started": started,
+            },
+        )
+        try:  # the agent may be gone (its SSH session cut): the job runs on regardless
+            os.write(report, json.dumps({"pid": process.pid, "started": started}).encode())
+            os.close(report)
+        except OSError:
+            pass
+        returncode = process.wait()
+        signal_name = None
+        if returncode < 0:
+            import signal
+
+            try:
+                signal_name = signal.Signals(-returncode).name
+            except ValueError:
+                signal_name = str(-returncode)
+            returncode = 128 - returncode  # as a shell reports a death by signal
+        paths.write_json(
+            folder / "exit.json",
+            {"exit_code": returncode, "signal": signal_name, "ended": time.time(), "error": None},
+        )
+    except BaseException:  # nothing may escape into the agent's code path
+        pass
+    finally:
+        os._exit(0)

@@ -1,0 +1,95 @@
+"""Where job folders live on a node, job id checks, and small file helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from gpupoolctl.agent.protocol import AgentError
+
+# A job id becomes a folder name: no separators, no leading dot, nothing a shell would read.
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_job_id(value: Any) -> str:
+    if not isinstance(value, str) or not _JOB_ID.fullmatch(value) or ".." in value:
+        raise AgentError(f"bad job id {value!r}: letters, digits, . _ - only", "BadRequest")
+    return value
+
+
+def jobs_root(host: str, sim: dict[str, Any] | None) -> Path:
+    if sim is not None:
+        from gpupoolctl.sim.state import SimState, default_state_dir
+
+        state_dir = sim.get("state_dir")
+        base = Path(state_dir) if state_dir else default_state_dir()
+        # The same name-cleaning as the node's state file: one folder per simulated node.
+        return (base / "jobs" / SimState.path_for(host or "_", base).stem).absolute()
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return (Path(state) / "gpupoolctl" / "jobs").absolute()
+
+
+def ensure_root(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(root, 0o700)
+
+
+def job_dir(root: Path, job_id: str) -> Path:
+    return root / check_job_id(job_id)
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Atomic: a reader sees the old file or the whole new one, never half of it."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(value, handle, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            value = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def proc_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def alive(pid: int, started: str | None = None) -> bool:
+    """True while `pid` runs (a zombie has ended; a pid reused by another process too)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # someone else's process holds the pid: alive, though maybe not ours
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return True  # no /proc (not Linux): kill(0) is all we can know
+    fields = text[text.rfind(")") + 2 :].split()
+    if fields and fields[0] in ("Z", "X"):
+        return False
+    return not (started and len(fields) > 19 and fields[19] != started)

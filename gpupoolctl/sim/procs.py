@@ -1,0 +1,99 @@
+"""Jobs as processes on simulated GPUs: what the `launch` verb adds to the simulator.
+
+A job launched on a simulated node is a real local process; it also appears in the state
+file as a process on its simulated GPU or MIG instance (NVIDIA) or logical GPU (AMD), so
+`inventory` counts it and `partition apply` refuses that GPU as busy, like a real one.
+Such entries carry "job": <job id> next to the vendor's usual process fields, and
+`prune_ended_jobs` (run by SimState.load) drops them once their pid has ended: the
+simulated driver, like the real one, stops listing a process that has exited. Entries
+without "job" (put there by tests with sim_add_process) are never pruned. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from gpupoolctl.sim.state import SimState
+
+JOB_MEMORY_MIB = 256  # what a simulated job shows as using: little, but not nothing
+
+
+def register_job(
+    state: SimState, vendor: str | None, uuids: list[str], pid: int, job_id: str, name: str
+) -> int:
+    """Show `pid` on every simulated device in `uuids`; returns how many were found."""
+    found = 0
+    with state.mutate() as data:
+        wanted = {u.lower() for u in uuids}
+        if vendor == "nvidia" and isinstance(data.get("nvidia"), dict):
+            for gpu in data["nvidia"].get("gpus") or []:
+                for gi_id, ci_id in _nvidia_places(gpu, wanted):
+                    gpu.setdefault("processes", []).append(
+                        {
+                            "pid": pid,
+                            "name": name,
+                            "used_memory_mib": JOB_MEMORY_MIB,
+                            "gpu_instance_id": gi_id,
+                            "compute_instance_id": ci_id,
+                            "job": job_id,
+                        }
+                    )
+                    found += 1
+        if vendor == "amd" and isinstance(data.get("amd"), dict):
+            from gpupoolctl.sim import amdsmi as fake
+
+            for gpu in data["amd"].get("gpus") or []:
+                for partition in range(fake._partitions(gpu)):
+                    if fake._uuid(gpu, partition).lower() in wanted:
+                        gpu.setdefault("processes", []).append(
+                            {
+                                "pid": pid,
+                                "name": name,
+                                "vram_mb": JOB_MEMORY_MIB,
+                                "partition": partition,
+                                "gfx": 0,
+                                "job": job_id,
+                            }
+                        )
+                        found += 1
+    return found
+
+
+def _nvidia_places(gpu: dict[str, Any], wanted: set[str]) -> list[tuple[int | None, int | None]]:
+    if str(gpu.get("uuid", "")).lower() in wanted:
+        return [(None, None)]
+    places: list[tuple[int | None, int | None]] = []
+    for gi in (gpu.get("mig") or {}).get("gpu_instances") or []:
+        for ci in gi.get("compute_instances") or []:
+            if str(ci.get("uuid", "")).lower() in wanted:
+                places.append((gi["id"], ci["id"]))
+    return places
+
+
+def prune_ended_jobs(data: dict[str, Any]) -> None:
+    """Drop job processes whose pid has ended (in place)."""
+    for vendor in ("nvidia", "amd"):
+        section = data.get(vendor)
+        if not isinstance(section, dict):
+            continue
+        for gpu in section.get("gpus") or []:
+            procs = gpu.get("processes")
+            if procs and any("job" in p for p in procs):
+                gpu["processes"] = [p for p in procs if "job" not in p or _alive(p["pid"])]
+
+
+def _alive(pid: Any) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, TypeError, OverflowError):
+        return isinstance(pid, int)
+    try:
+        with open(f"/proc/{int(pid)}/stat", encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return True
+    fields = text[text.rfind(")") + 2 :].split()
+    return not (fields and fields[0] in ("Z", "X"))  # a zombie has ended
