@@ -1,1 +1,29 @@
-"""jobs."""
+"""Jobs on top of the agent, the ledger and the scheduler: submit, reap, queue, cancel, logs.
+
+Life of a job, as ledger records (op "job" unless said; every step is one all-or-nothing
+transaction, so a crash between two steps leaves a state the next recovery pass settles):
+
+    submit, fits now   job {state: pending, alloc, placement, nodes, submitter} + alloc
+    submit, not now    job {state: queued} + enqueue {id: q-N, job, priority, request}
+    schedule places    dequeue + job {state: pending, ...} + alloc
+    launched           job {state: running, nodes[].pid, started}
+    launch failed      job {state: failed, error} + release
+    ended (reaped)     job {state: done | failed, exit_code, ended} + release
+    preempted          job {preempt: {by, at}} first; when it ended: release and, when it
+                       was submitted with requeue, job {state: queued, run+1} + enqueue;
+                       else job {state: cancelled, reason}
+    cancel             job {state: cancelled, exit_code} + release (or + dequeue)
+
+Recovery (`Jobs.recover`, run first by submit, jobs and schedule): a pending job whose
+submitter is gone is settled on its node with a fencing poll (which claims the job id there
+so a launch still in flight can no longer start it): launched -> running (then reaped as
+usual); not launched -> slices released and the job queued again. A pending job never
+holds its slices for longer than its submitter lives, and a running one is always recorded.
+"""
+
+from gpupoolctl.jobs.errors import JobError, NeverFits, NoSuchJob
+from gpupoolctl.jobs.nodes import Nodes
+from gpupoolctl.jobs.service import Jobs, Outcome
+from gpupoolctl.jobs.spec import JobSpec
+
+__all__ = ["JobError", "JobSpec", "Jobs", "NeverFits", "NoSuchJob", "Nodes", "Outcome"]

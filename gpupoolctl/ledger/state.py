@@ -12,7 +12,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 OPS = ("slices", "alloc", "release", "expire", "enqueue", "dequeue", "job", "repair")
-JOB_STATES = ("pending", "running", "done", "failed", "cancelled")
+# queued: waits in the queue; pending: placed and holding its slices, being launched;
+# running: launched (pid recorded); done / failed / cancelled: over, its slices released.
+JOB_STATES = ("queued", "pending", "running", "done", "failed", "cancelled")
 JOB_TERMINAL = frozenset({"done", "failed", "cancelled"})
 
 
@@ -44,6 +46,9 @@ class State:
     # Allocations closed since the snapshot: lets `release` say "already released" precisely.
     # Not part of the snapshot (it would grow with history) nor of equality.
     closed: dict[str, str] = field(default_factory=dict)
+    # Jobs that ended since the snapshot, as their last record left them (for `jobs --all`,
+    # `logs` and `--wait`); like `closed`, not part of the snapshot nor of equality.
+    finished: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # -- replay ---------------------------------------------------------------------------
 
@@ -151,8 +156,10 @@ class State:
         job["updated"] = record["ts"]
         if status in JOB_TERMINAL:
             self.jobs.pop(job_id, None)  # finished jobs are history, not state
+            self.finished[job_id] = job
         else:
             self.jobs[job_id] = job
+            self.finished.pop(job_id, None)  # requeued after it ended
 
     def _repair(self, record: dict[str, Any]) -> None:
         """A repair declares the seqs lost to damage. Closing an allocation whose record was

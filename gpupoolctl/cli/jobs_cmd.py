@@ -1,0 +1,453 @@
+"""`submit`, `jobs`, `logs`, `cancel`, `schedule`: jobs on the pool from the shell.
+
+Parse, call gpupoolctl.jobs, render. Exit codes: 0 ok; 1 error; 2 usage; 3 some nodes could
+not be reached (what is known is still shown); 5 the pool could never satisfy the request.
+`submit --wait` exits with the job's own exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from gpupoolctl.cli.console import notice, warn
+from gpupoolctl.cli.render import Column, emit
+from gpupoolctl.cli.settings import OutputFormat, Settings
+from gpupoolctl.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from gpupoolctl.jobs import Jobs
+
+JOB_COLUMNS = (
+    Column("id", "ID"),
+    Column("name", "NAME"),
+    Column("state", "STATE"),
+    Column("host", "HOST"),
+    Column("slice", "SLICE"),
+    Column("age", "AGE", "right"),
+    Column("exit_code", "EXIT", "right"),
+)
+JOB_CSV_COLUMNS = tuple(
+    Column(k, k)
+    for k in ("id", "name", "state", "owner", "host", "slice", "age_s", "exit_code", "priority")
+)
+_FOLLOW_INTERVAL_S = (0.1, 1.0)  # first and longest wait between polls while following
+
+
+def register(app: typer.Typer) -> None:
+    """Add the job commands to the root command."""
+    app.command("submit", context_settings={"allow_interspersed_args": False})(submit)
+    app.command("jobs")(jobs_list)
+    app.command("logs")(logs)
+    app.command("cancel")(cancel)
+    app.command("schedule")(schedule)
+
+
+def _open(settings: Settings) -> Jobs:
+    import getpass
+
+    from gpupoolctl.cli import pool
+    from gpupoolctl.cli.ledger_cmd import open_ledger
+    from gpupoolctl.jobs import Jobs, Nodes
+
+    inventory = pool.load(settings)
+    # Every host can be asked about its jobs; --limit only narrows where new work goes.
+    everyone = [pool.target_from_vars(h.name, h.vars) for h in inventory.select(None)]
+    hosts = None
+    if settings.limit:
+        hosts = {h.name for h in inventory.select(settings.limit, cwd=Path(os.getcwd()))}
+        if not hosts:
+            raise UsageError(f"no hosts matched --limit {settings.limit!r}")
+    nodes = Nodes(everyone, lambda requests: pool.fan_out_each(settings, requests))
+    try:
+        owner = getpass.getuser()
+    except (KeyError, OSError):
+        owner = str(os.getuid())
+    return Jobs(open_ledger(settings), nodes, owner=owner, hosts=hosts)
+
+
+def _finish(settings: Settings, jobs: Jobs) -> None:
+    for message in jobs.warnings:
+        warn(message)
+    if jobs.hosts_failed:
+        raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+def _age(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h" if seconds < 172800 else f"{seconds // 86400}d"
+
+
+def _rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from gpupoolctl.jobs.control import row
+
+    now = time.time()
+    return [{**r, "age": _age(r["age_s"])} for r in (row(j, now) for j in records)]
+
+
+# -- submit ---------------------------------------------------------------------------------
+
+
+def submit(
+    ctx: typer.Context,
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(metavar="-- COMMAND [ARGS]...", help="Run as given, without a shell."),
+    ] = None,
+    gpus: Annotated[int, typer.Option("--gpus", "-g", min=1, help="Slices (GPUs) wanted.")] = 1,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            "--profile", "-p", help="MIG profile (3g.40gb), AMD mode (cpx) or kind (gpu)."
+        ),
+    ] = None,
+    mem: Annotated[
+        str | None, typer.Option("--mem", "-m", help="At least this much memory per slice: 10G.")
+    ] = None,
+    vendor: Annotated[str | None, typer.Option("--vendor", help="nvidia or amd.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="GPU model contains (H100).")] = None,
+    bandwidth: Annotated[
+        str | None, typer.Option("--bandwidth", help="At least this memory bandwidth class.")
+    ] = None,
+    same_node: Annotated[bool, typer.Option("--same-node", help="All slices on one node.")] = False,
+    same_island: Annotated[
+        bool, typer.Option("--same-island", help="All slices in one NVLink/xGMI island.")
+    ] = False,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Only on hosts matching this glob.")
+    ] = None,
+    priority: Annotated[
+        str, typer.Option("--priority", help="low, normal, high, or 0..100.")
+    ] = "normal",
+    preemptible: Annotated[
+        bool, typer.Option("--preemptible", help="A higher priority job may stop this one.")
+    ] = False,
+    requeue: Annotated[
+        bool, typer.Option("--requeue", help="When preempted, wait in the queue again.")
+    ] = False,
+    grace: Annotated[
+        float,
+        typer.Option("--grace", min=0, help="Seconds between SIGTERM and SIGKILL when stopped."),
+    ] = 30.0,
+    name: Annotated[str | None, typer.Option("--name", help="A name to know it by.")] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE for the job (repeatable).")
+    ] = None,
+    workdir: Annotated[
+        str | None, typer.Option("--workdir", help="Folder on the node to run in (default ~).")
+    ] = None,
+    policy: Annotated[
+        str, typer.Option("--policy", help="best-fit (default), spread or topology.")
+    ] = "best-fit",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show where it would go and why; change nothing.")
+    ] = False,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Follow its output; exit with its exit code.")
+    ] = False,
+) -> None:
+    """Run a command on the best slice(s) for it; queue it when nothing fits now.
+
+    Example: gpupoolctl submit --mem 10G -- python serve.py
+    """
+    from gpupoolctl.jobs import JobSpec, NeverFits
+    from gpupoolctl.jobs.spec import parse_env
+    from gpupoolctl.ledger.units import parse_memory_mib
+    from gpupoolctl.sched import JobRequest, NoFit, parse_priority
+
+    settings: Settings = ctx.obj
+    argv = list(command or [])
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    request = JobRequest(
+        gpus=gpus,
+        profile=profile,
+        memory_mib=parse_memory_mib(mem) if mem else None,
+        vendor=vendor.lower() if vendor else None,
+        model=model,
+        bandwidth_class=bandwidth,
+        same_node=same_node,
+        same_island=same_island,
+        host=host,
+        priority=parse_priority(priority),
+        preemptible=preemptible,
+    )
+    spec = JobSpec(
+        argv=argv,
+        request=request,
+        name=name,
+        env=parse_env(env or []),
+        workdir=workdir,
+        requeue=requeue,
+        grace_s=grace,
+        policy=policy,
+    )
+    spec.validate()
+    jobs = _open(settings)
+    jobs.ensure_slices(record=not dry_run)
+    if dry_run:
+        result = jobs.plan(spec)
+        _render_plan(settings, result)
+        _finish(settings, jobs)
+        if isinstance(result, NoFit) and result.never:
+            raise NeverFits(f"the pool can never satisfy this request: {result.reason}")
+        return
+    outcome = jobs.submit(spec)
+    job_id = str(outcome.job_id)
+    from gpupoolctl.jobs.control import find
+
+    record = find(jobs, job_id)
+    if wait:
+        for message in jobs.warnings:
+            warn(message)
+        jobs.warnings.clear()
+        code = _follow(settings, jobs, job_id)
+        raise typer.Exit(code)
+    data = {**_rows([record])[0], "placement": record.get("placement"), "events": outcome.events}
+    if settings.resolved_output() is OutputFormat.table:
+        print(job_id)  # alone on stdout: JOB=$(gpupoolctl submit ...)
+        where = ", ".join(s for n in record.get("nodes") or [] for s in n.get("slices", []))
+        detail = {
+            "running": f"running on {where}",
+            "queued": f"queued: {outcome.reason or 'nothing fits now'}",
+        }.get(str(outcome.state), f"{outcome.state}: {outcome.reason or ''}".rstrip(": "))
+        notice(f"{job_id}: {detail}", quiet=settings.quiet)
+    else:
+        emit(settings, data=data, rows=[data], columns=JOB_COLUMNS, csv_columns=JOB_CSV_COLUMNS)
+    _finish(settings, jobs)
+    if outcome.state == "failed":
+        raise typer.Exit(int(ExitCode.ERROR))
+
+
+def _render_plan(settings: Settings, result: Any) -> None:
+    from gpupoolctl.sched import Placement
+
+    if isinstance(result, Placement):
+        data = {
+            "dry_run": True,
+            "fits": True,
+            "slices": list(result.slices),
+            "hosts": list(result.hosts),
+            "policy": result.policy,
+            "waste_mib": result.waste_mib,
+            "why": result.why,
+        }
+    else:
+        data = {"dry_run": True, "fits": False, "never": result.never, "reason": result.reason}
+    if settings.resolved_output() is OutputFormat.table:
+        if data["fits"]:
+            print(f"would run on {', '.join(data['hosts'])}: {', '.join(data['slices'])}")
+            why = data["why"]
+            for line in why if isinstance(why, list) else [why]:
+                print(f"  why: {line}")
+        else:
+            verdict = "can never fit" if data["never"] else "would wait in the queue"
+            print(f"{verdict}: {data['reason']}")
+        return
+    emit(settings, data=data, rows=[data], columns=[Column(k, k) for k in data])
+
+
+def _follow(settings: Settings, jobs: Jobs, job_id: str) -> int:
+    """Stream the job's stdout until it ends (running the queue while it waits)."""
+    from gpupoolctl.jobs import JobError, reaping, scheduling
+    from gpupoolctl.jobs.control import find, logs
+
+    offset = 0
+    delay = _FOLLOW_INTERVAL_S[0]
+    show = settings.resolved_output() is OutputFormat.table
+    while True:
+        job = find(jobs, job_id)
+        state = job.get("state")
+        if state == "running" and show:
+            try:
+                chunk = logs(jobs, job_id, offset=offset)
+            except JobError as exc:
+                warn(str(exc))
+                chunk = {"text": "", "next_offset": offset, "state": "running"}
+            sys.stdout.write(chunk["text"])
+            sys.stdout.flush()
+            offset = chunk["next_offset"]
+            if chunk["text"]:
+                delay = _FOLLOW_INTERVAL_S[0]
+                continue
+            if chunk["state"] != "running":
+                reaping.reap(jobs)
+                continue
+        elif state == "running":
+            reaping.reap(jobs)
+        elif state in ("queued", "pending"):
+            reaping.recover(jobs)
+            scheduling.schedule(jobs)
+        else:
+            break
+        time.sleep(delay)
+        delay = min(delay * 1.5, _FOLLOW_INTERVAL_S[1])
+    for message in jobs.warnings:
+        warn(message)
+    if show and job.get("nodes"):
+        try:  # what it wrote after our last read
+            while True:
+                chunk = logs(jobs, job_id, offset=offset)
+                if not chunk["text"]:
+                    break
+                sys.stdout.write(chunk["text"])
+                offset = chunk["next_offset"]
+        except JobError:
+            pass
+        sys.stdout.flush()
+    if not show:
+        data = _rows([job])[0]
+        emit(settings, data=data, rows=[data], columns=JOB_COLUMNS, csv_columns=JOB_CSV_COLUMNS)
+    reason = job.get("error") or job.get("reason")
+    notice(
+        f"{job_id}: {state}, exit code {job.get('exit_code')}" + (f" ({reason})" if reason else ""),
+        quiet=settings.quiet,
+    )
+    code = job.get("exit_code")
+    if state == "done":
+        return 0
+    if isinstance(code, int) and code & 0xFF:
+        return code & 0xFF  # the job's own status (128+N when a signal ended it)
+    return int(ExitCode.ERROR)
+
+
+# -- jobs / schedule ------------------------------------------------------------------------
+
+
+def _refresh(jobs: Jobs) -> Any:
+    from gpupoolctl.jobs import reaping, scheduling
+
+    reaping.recover(jobs)
+    reaping.reap(jobs)
+    return scheduling.schedule(jobs)
+
+
+def jobs_list(
+    ctx: typer.Context,
+    everything: Annotated[
+        bool, typer.Option("--all", help="Also jobs that ended more than an hour ago.")
+    ] = False,
+    no_refresh: Annotated[
+        bool,
+        typer.Option("--no-refresh", help="Show what the ledger knows, without asking nodes."),
+    ] = False,
+) -> None:
+    """Jobs: id, name, state, node, slice, age, exit code. Polls running jobs on their
+    nodes first (one fan-out), records the ones that ended and releases their slices, then
+    runs a schedule pass. Exit 3 when some node could not be asked."""
+    from gpupoolctl.jobs.control import listing
+
+    settings: Settings = ctx.obj
+    jobs = _open(settings)
+    if not no_refresh:
+        _refresh(jobs)
+    records = listing(jobs, everything=everything)
+    rows = _rows(records)
+    emit(settings, data=rows, rows=rows, columns=JOB_COLUMNS, csv_columns=JOB_CSV_COLUMNS)
+    if not rows:
+        notice("no jobs", quiet=settings.quiet)
+    _finish(settings, jobs)
+
+
+def schedule(ctx: typer.Context) -> None:
+    """One pass over the queue: settle, reap, then start what fits (preempting when a
+    higher priority may). Cron-friendly; submit and jobs run it too."""
+    settings: Settings = ctx.obj
+    jobs = _open(settings)
+    outcome = _refresh(jobs)
+    rows = [
+        {**e, "victims": e.get("victims"), "detail": e.get("reason") or e.get("error")}
+        for e in outcome.events
+    ]
+    columns = (Column("event", "EVENT"), Column("job", "JOB"), Column("detail", "DETAIL"))
+    emit(settings, data=outcome.events, rows=rows, columns=columns)
+    _finish(settings, jobs)
+
+
+# -- logs / cancel --------------------------------------------------------------------------
+
+
+def logs(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help="As printed by submit.")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until it ends.")
+    ] = False,
+    stderr: Annotated[bool, typer.Option("--stderr", help="Its stderr instead of stdout.")] = False,
+    host: Annotated[
+        str | None, typer.Option("--host", help="For a multi-node job: this node's output.")
+    ] = None,
+) -> None:
+    """A job's output, read from its folder on its node."""
+    from gpupoolctl.jobs.control import logs as read_logs
+
+    settings: Settings = ctx.obj
+    jobs = _open(settings)
+    stream = "stderr" if stderr else "stdout"
+    offset = 0
+    delay = _FOLLOW_INTERVAL_S[0]
+    collected: list[str] = []
+    as_text = settings.resolved_output() is OutputFormat.table
+    while True:
+        chunk = read_logs(jobs, job_id, stream=stream, offset=offset, host=host)
+        offset = chunk["next_offset"]
+        if as_text:
+            sys.stdout.write(chunk["text"])
+            sys.stdout.flush()
+        else:
+            collected.append(chunk["text"])
+        if chunk["text"]:
+            delay = _FOLLOW_INTERVAL_S[0]
+            continue
+        if not follow or chunk["state"] != "running":
+            break
+        time.sleep(delay)
+        delay = min(delay * 1.5, _FOLLOW_INTERVAL_S[1])
+    if not as_text:
+        data = {"job": job_id, "stream": stream, "text": "".join(collected), "size": offset}
+        if settings.resolved_output() is OutputFormat.json:
+            sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        else:
+            emit(settings, data=data, rows=[data], columns=[Column(k, k) for k in data])
+    _finish(settings, jobs)
+
+
+def cancel(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help="As printed by submit.")],
+    grace: Annotated[
+        float | None,
+        typer.Option(
+            "--grace",
+            min=0,
+            help="Seconds between SIGTERM and SIGKILL (default: "
+            "the job's own, 30 s unless it was submitted with --grace).",
+        ),
+    ] = None,
+) -> None:
+    """Stop a job (SIGTERM to its process group, grace period, SIGKILL), release its
+    slices and record it cancelled; a queued job just leaves the queue."""
+    from gpupoolctl.jobs.control import cancel as cancel_job
+
+    settings: Settings = ctx.obj
+    jobs = _open(settings)
+    job = cancel_job(jobs, job_id, grace_s=grace)
+    data = _rows([job])[0]
+    if settings.resolved_output() is OutputFormat.table:
+        code = job.get("exit_code")
+        print(f"cancelled {job_id}" + (f" (exit code {code})" if code is not None else ""))
+    else:
+        emit(settings, data=data, rows=[data], columns=JOB_COLUMNS, csv_columns=JOB_CSV_COLUMNS)
+    _finish(settings, jobs)

@@ -1,0 +1,175 @@
+"""One pass over the queue: place what fits (in the scheduler's order), preempt when allowed.
+
+Each entry is decided in its own transaction (dequeue + alloc + job pending), then launched
+outside the lock. An entry that does not fit may preempt preemptible, lower-priority
+running jobs (sched.choose_preemption): they are marked in the ledger first, then sent
+SIGTERM, given their grace period, SIGKILLed if still there, and reaped (released, and
+requeued when they asked); then the entry is placed again. Later entries may backfill
+around one that does not fit, except once an entry has aged to the cap (sched.queue).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpupoolctl.jobs import hooks
+from gpupoolctl.jobs.nodes import Call
+from gpupoolctl.jobs.service import KILL_WAIT_S, Jobs, Outcome
+from gpupoolctl.ledger import Transaction
+from gpupoolctl.ledger.units import parse_ts
+from gpupoolctl.sched import (
+    AGING_CAP,
+    NoFit,
+    Placement,
+    QueueEntry,
+    choose_preemption,
+    effective_priority,
+    order_queue,
+)
+
+
+def schedule(jobs: Jobs) -> Outcome:
+    from gpupoolctl.jobs import reaping
+
+    outcome = Outcome()
+    done_with: set[str] = set()  # entries decided (or given up on) in this pass
+    preempted_for: set[str] = set()
+    for _ in range(1000):  # bounded: every round decides one entry or frees slices
+        view = jobs.ledger.read()
+        now = parse_ts(view.now)
+        entries = [QueueEntry.from_record(r) for r in view.state.queue.values()]
+        ordered = [e for e in order_queue(entries, now) if e.id not in done_with]
+        if not ordered:
+            break
+        entry = ordered[0]
+        done_with.add(entry.id)
+        decided = jobs.ledger.write(lambda tx, e=entry: _decide(jobs, tx, e))
+        jobs.warnings.extend(decided.warnings)
+        kind, detail = decided.value
+        if kind == "placed":
+            hooks.crash_point("placed")
+            job = jobs.launch(detail)
+            outcome.events.append(
+                {
+                    "event": "started" if job.get("state") == "running" else "launch-failed",
+                    "job": detail["id"],
+                    "hosts": [n["host"] for n in detail["nodes"]],
+                    "error": job.get("error"),
+                }
+            )
+        elif kind == "never":
+            outcome.events.append({"event": "refused", "job": entry.job, "reason": detail})
+        elif kind == "waiting":
+            victims = None
+            if entry.id not in preempted_for:
+                victims = _victims(jobs, entry, now)
+            if victims:
+                preempted_for.add(entry.id)
+                preempt(jobs, victims, by=str(entry.job))
+                outcome.events.append({"event": "preempted", "job": entry.job, "victims": victims})
+                reaping.reap(jobs)
+                done_with.discard(entry.id)  # try it again on the freed slices
+                continue
+            outcome.events.append({"event": "waiting", "job": entry.job, "reason": detail})
+            if effective_priority(entry, now) >= AGING_CAP:
+                break  # it has waited long enough: nothing may backfill around it
+    return outcome
+
+
+def _decide(jobs: Jobs, tx: Transaction, entry: QueueEntry) -> tuple[str, Any]:
+    queued = tx.state.queue.get(entry.id)
+    job = tx.state.jobs.get(str(entry.job)) if entry.job else None
+    if queued is None:
+        return "gone", None
+    if job is None or job.get("state") != "queued":
+        tx.append("dequeue", {"id": entry.id, "reason": "its job is no longer queued"})
+        return "gone", None
+    policy = str(job.get("policy") or "best-fit")
+    result = jobs.place(tx.state, entry.request, tx.now, policy)
+    if isinstance(result, Placement):
+        tx.append("dequeue", {"id": entry.id, "reason": "placed"})
+        return "placed", jobs.record_placed(tx, job, result)
+    assert isinstance(result, NoFit)
+    if result.never:
+        tx.append("dequeue", {"id": entry.id, "reason": "can never fit"})
+        tx.append(
+            "job",
+            {"id": job["id"], "state": "failed", "error": f"can never fit: {result.reason}"},
+        )
+        return "never", result.reason
+    return "waiting", result.reason
+
+
+def _victims(jobs: Jobs, entry: QueueEntry, now: Any) -> list[str] | None:
+    view = jobs.ledger.read()
+    pool = jobs.pool(view.state, view.now)
+    chosen = choose_preemption(entry.request, pool, now)
+    if not chosen:
+        return None
+    running = {
+        k: j
+        for k, j in view.state.jobs.items()
+        if j.get("state") == "running" and not j.get("cancel")
+    }
+    if any(v not in running for v in chosen):
+        return None  # a victim that is not a running job of ours: cannot stop it cleanly
+    return chosen
+
+
+def preempt(jobs: Jobs, victims: list[str], *, by: str) -> None:
+    """Mark, SIGTERM, wait out the grace period, SIGKILL: the reap that follows frees them."""
+
+    def mark(tx: Transaction) -> list[dict[str, Any]]:
+        marked = []
+        for job_id in victims:
+            job = tx.state.jobs.get(job_id)
+            if job is None or job.get("state") != "running":
+                continue
+            grace = float(job.get("grace_s") or 0)
+            tx.append(
+                "job",
+                {
+                    "id": job_id,
+                    "state": "running",
+                    "preempt": {"by": by, "at": time.time(), "grace_s": grace},
+                },
+            )
+            marked.append(tx.state.jobs[job_id])
+        return marked
+
+    marked = jobs.ledger.write(mark).value
+    stop(jobs, marked)
+
+
+def stop(jobs: Jobs, targets: list[dict[str, Any]], grace_s: float | None = None) -> None:
+    """SIGTERM every node of every job, wait up to its grace, then SIGKILL what is left."""
+    if not targets:
+        return
+    calls = []
+    for job in targets:
+        grace = grace_s if grace_s is not None else float(job.get("grace_s") or 0)
+        for node in job.get("nodes") or []:
+            calls.append(
+                Call(
+                    node["host"],
+                    "signal",
+                    {"job_id": node["node_id"], "signal": "TERM", "wait_s": grace},
+                )
+            )
+    results = jobs.nodes.call(calls)
+    again = []
+    for call, result in zip(calls, results, strict=True):
+        if not result.ok:
+            jobs.host_failed(call.host, f"{result.outcome}: {result.error}")
+        elif result.data.get("state") == "running":
+            again.append(
+                Call(
+                    call.host,
+                    "signal",
+                    {"job_id": call.args["job_id"], "signal": "KILL", "wait_s": KILL_WAIT_S},
+                )
+            )
+    for call, result in zip(again, jobs.nodes.call(again), strict=True):
+        if not result.ok:
+            jobs.host_failed(call.host, f"{result.outcome}: {result.error}")

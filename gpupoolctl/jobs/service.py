@@ -1,0 +1,339 @@
+"""Jobs: submit, place and launch, with every step recorded in the ledger first.
+
+Side effects on nodes (launch, signal) happen outside the ledger lock; decisions and their
+records happen inside it, against the state as it is at that moment. A step whose record
+finds the job moved on (another process settled it) records nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpupoolctl.jobs import hooks
+from gpupoolctl.jobs.errors import JobError, NeverFits
+from gpupoolctl.jobs.nodes import Call, Nodes
+from gpupoolctl.jobs.spec import JobSpec
+from gpupoolctl.ledger import Ledger, State, Transaction
+from gpupoolctl.ledger.units import parse_ts
+from gpupoolctl.sched import JobRequest, NoFit, Placement, PoolView, place
+
+# Agent errors that prove a launch did not happen (anything else: ask the node).
+_NOT_LAUNCHED = {"BadRequest", "BadDevices", "BadWorkdir", "LaunchFailed", "SimError"}
+KILL_WAIT_S = 5.0  # after SIGKILL, how long to wait for the process group to be gone
+
+
+def node_id(job_id: str, run: int) -> str:
+    """The job's folder name on its node: one per run, as a requeued job runs again."""
+    return job_id if run <= 1 else f"{job_id}.{run}"
+
+
+def submitter() -> dict[str, Any]:
+    from gpupoolctl.agent.jobs.paths import proc_start
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": proc_start(os.getpid())}
+
+
+@dataclass
+class Outcome:
+    """What a submit or a schedule pass did: for the CLI to render."""
+
+    job_id: str | None = None
+    state: str | None = None
+    placement: dict[str, Any] | None = None
+    reason: str | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Jobs:
+    def __init__(
+        self,
+        ledger: Ledger,
+        nodes: Nodes,
+        *,
+        owner: str,
+        hosts: set[str] | None = None,
+        clock: Any = time.time,
+    ) -> None:
+        self.ledger = ledger
+        self.nodes = nodes
+        self.owner = owner
+        self.hosts = hosts  # placement only on these (--limit); None: every host
+        self.clock = clock
+        self.warnings: list[str] = []
+        self.hosts_failed = False
+        self._unrecorded: list[dict[str, Any]] = []  # slices read for a dry run only
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    def host_failed(self, host: str, error: str | None) -> None:
+        self.hosts_failed = True
+        self.warn(f"{host}: {error}")
+
+    def pool(self, state: State, now: str) -> PoolView:
+        if self.hosts is not None:
+            # Only the chosen hosts' slices can be placed on; holds elsewhere do not matter.
+            kept = {k: v for k, v in state.slices.items() if v.get("host") in self.hosts}
+            state = dataclasses.replace(state, slices=kept)
+        return PoolView.from_state(state, now)
+
+    def place(self, state: State, request: JobRequest, now: str, policy: str) -> Any:
+        return place(request, self.pool(state, now), policy)
+
+    def ensure_slices(self, *, record: bool = True) -> None:
+        """Slices of the chosen hosts from their facts, when the ledger knows none yet
+        (without `record`, kept for this run's placement only: a dry run writes nothing)."""
+        from gpupoolctl.ledger import slices_from_facts
+
+        state = self.ledger.read().state
+        wanted = self.hosts if self.hosts is not None else set(self.nodes.targets)
+        known = {s.get("host") for s in state.slices.values()}
+        missing = sorted(h for h in wanted if h not in known)
+        if not missing:
+            return
+        results = self.nodes.call([Call(h, "facts", {}) for h in missing])
+        good = [r for r in results if r.ok]
+        for result in results:
+            if not result.ok:
+                self.host_failed(result.name, f"{result.outcome}: {result.error}")
+        if good:
+            slices = [s for r in good for s in slices_from_facts(r.name, r.data)]
+            if not record:
+                self._unrecorded = slices
+                return
+            done = self.ledger.refresh_slices([r.name for r in good], slices)
+            self.warnings.extend(done.warnings)
+
+    # -- records ----------------------------------------------------------------------------
+
+    @staticmethod
+    def job_nodes(state: State, slice_ids: list[str], job_id: str, run: int) -> list[dict]:
+        """Per host: the slices, and the devices the job is confined to there."""
+        by_host: dict[str, dict[str, Any]] = {}
+        for slice_id in slice_ids:
+            entry = state.slices[slice_id]
+            node = by_host.setdefault(
+                entry["host"],
+                {
+                    "host": entry["host"],
+                    "node_id": node_id(job_id, run),
+                    "slices": [],
+                    "devices": {"vendor": entry.get("vendor"), "uuids": []},
+                    "pid": None,
+                },
+            )
+            node["slices"].append(slice_id)
+            devices = entry.get("devices") or ([entry["uuid"]] if entry.get("uuid") else [])
+            node["devices"]["uuids"].extend(devices)
+            if entry.get("vendor") != node["devices"]["vendor"]:
+                raise JobError(f"{slice_id}: a job cannot mix vendors on one host")
+        return list(by_host.values())
+
+    def record_placed(
+        self, tx: Transaction, job: dict[str, Any], placement: Placement
+    ) -> dict[str, Any]:
+        """alloc + job pending, in the caller's transaction; returns the job as recorded."""
+        slices = [s if isinstance(s, str) else s["id"] for s in placement.slices]
+        run = int(job.get("run") or 0) + 1
+        alloc_id = f"a-{tx.next_seq}"
+        request = dict(job.get("request") or {})
+        tx.append(
+            "alloc",
+            {
+                "id": alloc_id,
+                "owner": job.get("owner") or self.owner,
+                "slices": slices,
+                "uuids": [tx.state.slices[s].get("uuid") for s in slices],
+                "expires": None,
+                "request": {**request, "job": job["id"]},
+            },
+        )
+        nodes = self.job_nodes(tx.state, slices, job["id"], run)
+        tx.append(
+            "job",
+            {
+                "id": job["id"],
+                "state": "pending",
+                "alloc": alloc_id,
+                "run": run,
+                "placement": {
+                    "slices": slices,
+                    "hosts": list(placement.hosts),
+                    "policy": placement.policy,
+                    "waste_mib": placement.waste_mib,
+                    "why": placement.why,
+                },
+                "nodes": nodes,
+                "submitter": submitter(),
+                "exit_code": None,
+                "ended": None,
+                "error": None,
+                "reason": None,
+                "recovered": None,
+                "preempt": None,
+                "cancel": None,
+            },
+        )
+        return tx.state.jobs[job["id"]]
+
+    @staticmethod
+    def still(tx: Transaction, job: dict[str, Any], state: str) -> dict[str, Any] | None:
+        """The job as the ledger has it now, if it is still in `state` and the same run."""
+        current = tx.state.jobs.get(job["id"])
+        if current is None or current.get("state") != state:
+            return None
+        if current.get("run") != job.get("run"):
+            return None
+        return current
+
+    def enqueue(self, tx: Transaction, job: dict[str, Any], **fields: Any) -> None:
+        request = dict(job.get("request") or {})
+        tx.append("job", {"id": job["id"], "state": "queued", "submitter": None, **fields})
+        tx.append(
+            "enqueue",
+            {
+                "id": f"q-{tx.next_seq}",
+                "owner": job.get("owner") or self.owner,
+                "priority": int(request.get("priority", 50)),
+                "request": request,
+                "job": job["id"],
+            },
+        )
+
+    # -- submit ------------------------------------------------------------------------------
+
+    def plan(self, spec: JobSpec) -> Placement | NoFit:
+        """Where it would go now, and why; writes nothing."""
+        spec.validate()
+        view = self.ledger.read()
+        state = view.state
+        if self._unrecorded:
+            extra = {s["id"]: s for s in self._unrecorded}
+            state = dataclasses.replace(state, slices={**state.slices, **extra})
+        return self.place(state, spec.request, view.now, spec.policy)
+
+    def submit(self, spec: JobSpec) -> Outcome:
+        """Queue the job, then run a schedule pass: it starts now if it fits (or if
+        preempting allows), else waits in the queue. NeverFits when it never could."""
+        from gpupoolctl.jobs import reaping, scheduling
+
+        spec.validate()
+        reaping.recover(self)
+        reaping.reap(self)
+
+        def build(tx: Transaction) -> str:
+            result = self.place(tx.state, spec.request, tx.now, spec.policy)
+            if isinstance(result, NoFit) and result.never:
+                raise NeverFits(f"the pool can never satisfy this request: {result.reason}")
+            job_id = f"j-{tx.next_seq}"
+            job = {"id": job_id, "owner": self.owner, "run": 0, **spec.record()}
+            tx.append("job", {**job, "state": "queued"})
+            self.enqueue(tx, job)
+            return job_id
+
+        done = self.ledger.write(build)
+        self.warnings.extend(done.warnings)
+        job_id: str = done.value
+        hooks.crash_point("queued")
+        outcome = scheduling.schedule(self)
+        outcome.job_id = job_id
+        state = self.ledger.read().state
+        job = state.jobs.get(job_id) or state.finished.get(job_id) or {}
+        outcome.state = job.get("state")
+        outcome.placement = job.get("placement")
+        outcome.reason = job.get("error") or job.get("reason")
+        if outcome.state == "queued":
+            waiting = [e for e in outcome.events if e.get("job") == job_id and e.get("reason")]
+            outcome.reason = waiting[-1]["reason"] if waiting else None
+        return outcome
+
+    # -- launch -----------------------------------------------------------------------------
+
+    def launch(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Start a pending job on its node(s) and record running, or failed (released)."""
+        calls = [
+            Call(
+                node["host"],
+                "launch",
+                {
+                    "job_id": node["node_id"],
+                    "argv": job["argv"],
+                    "env": job.get("env") or {},
+                    "workdir": job.get("workdir"),
+                    "devices": node["devices"],
+                },
+            )
+            for node in job["nodes"]
+        ]
+        results = self.nodes.call(calls)
+        hooks.crash_point("launched")
+        nodes = [dict(n) for n in job["nodes"]]
+        unsure: list[int] = []
+        errors: list[str] = []
+        for index, result in enumerate(results):
+            if result.ok:
+                nodes[index]["pid"] = result.data.get("pid")
+                nodes[index]["started"] = result.data.get("started")
+            elif result.outcome == "unreachable" or result.error_type in _NOT_LAUNCHED:
+                errors.append(f"{result.name}: {result.error}")
+            else:
+                unsure.append(index)  # timed out, or no answer: did it start? ask the node
+        if unsure:
+            from gpupoolctl.jobs import reaping
+
+            return reaping.settle_pending(self, job, submitter_gone=True)
+        return self._record_launch(job, nodes, errors)
+
+    def _record_launch(
+        self, job: dict[str, Any], nodes: list[dict[str, Any]], errors: list[str]
+    ) -> dict[str, Any]:
+        started = [n for n in nodes if n.get("pid")]
+
+        def build(tx: Transaction) -> dict[str, Any] | None:
+            if self.still(tx, job, "pending") is None:
+                return None  # a recovery pass settled it meanwhile
+            if not errors:
+                tx.append(
+                    "job",
+                    {"id": job["id"], "state": "running", "nodes": nodes, "submitter": None},
+                )
+            else:
+                tx.append(
+                    "job",
+                    {
+                        "id": job["id"],
+                        "state": "failed",
+                        "error": "launch failed: " + "; ".join(errors),
+                        "nodes": nodes,
+                        "submitter": None,
+                    },
+                )
+                tx.append("release", {"id": job["alloc"]})
+            return tx.state.jobs.get(job["id"]) or tx.state.finished.get(job["id"])
+
+        done = self.ledger.write(build)
+        if errors and started:  # a multi-node job half started: stop the started part
+            self.nodes.call(
+                [
+                    Call(n["host"], "signal", {"job_id": n["node_id"], "signal": "KILL"})
+                    for n in started
+                ]
+            )
+        hooks.crash_point("recorded")
+        return done.value or {}
+
+
+def age_s(ts: str | None, now: float) -> float | None:
+    if not ts:
+        return None
+    moment: datetime = parse_ts(ts)
+    return max(0.0, now - moment.timestamp())
