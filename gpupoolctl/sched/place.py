@@ -44,7 +44,9 @@ class NoFit:
 
 
 def levels(request: JobRequest, policy: str) -> list[str | None]:
-    """Grouping levels to try in order; None = no grouping."""
+    """Grouping levels to try in order; None = no grouping (one slice is always grouped)."""
+    if request.gpus == 1:
+        return [None]
     if request.same_island:
         return ["island"]
     if policy == "topology" and request.gpus > 1:

@@ -1,12 +1,12 @@
 """Which preemptible, lower-priority holds to stop so that a request fits.
 
 Placement is count based (a slice matches a request or not), so the fewest victims are found
-exactly by greed: in each group that could hold the request (or the whole pool when no
-grouping is asked), take the holders with the most matching slices there first until enough
-slices would be free. Among holders that free as many, the cheapest go first: lower priority,
-then the most recently started (least work lost), then less memory, then id. The group (or
-level) needing the fewest victims wins; the result is checked with place() before it is
-returned.
+exactly: in each group that could hold the request (or the whole pool when no grouping is
+asked), taking the holders with the most matching slices there first tells how few are
+needed; then that many are chosen cheapest first (lower priority, then the most recently
+started: least work lost, then fewer slices, then id), each only if the rest can still make
+up the difference. The group (or level) needing the fewest victims wins; the choice is
+checked with place() before it is returned.
 """
 
 from __future__ import annotations
@@ -84,15 +84,33 @@ def _per_group(
         need = request.gpus - free_in.get(group, 0)
         if need <= 0 or sum(per.values()) < need:
             continue
-        order = sorted(per, key=lambda a: (-per[a], _cost(by_alloc[a], now)))
-        chosen: list[Holder] = []
-        for alloc in order:
-            chosen.append(by_alloc[alloc])
-            need -= per[alloc]
-            if need <= 0:
-                break
-        found.append(chosen)
+        found.append([by_alloc[a] for a in _fewest_cheapest(per, need, by_alloc, now)])
     return found
+
+
+def _fewest_cheapest(
+    gains: dict[str, int], need: int, by_alloc: dict[str, Holder], now: datetime
+) -> list[str]:
+    """The fewest allocations whose gains reach `need` (largest gains first tells how few),
+    then, seat by seat, the cheapest one that still lets the rest reach it."""
+    by_gain = sorted(gains, key=lambda a: -gains[a])
+    fewest, total = 0, 0
+    while total < need:
+        total += gains[by_gain[fewest]]
+        fewest += 1
+    by_cost = sorted(gains, key=lambda a: _cost(by_alloc[a], now))
+    chosen: list[str] = []
+    left = need
+    for seat in range(fewest):
+        for alloc in by_cost:
+            if alloc in chosen:
+                continue
+            others = [gains[a] for a in by_gain if a != alloc and a not in chosen]
+            if gains[alloc] + sum(others[: fewest - seat - 1]) >= left:
+                chosen.append(alloc)
+                left -= gains[alloc]
+                break
+    return chosen
 
 
 def _cost(holder: Holder, now: datetime) -> tuple[Any, ...]:
