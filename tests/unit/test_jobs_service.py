@@ -1,0 +1,157 @@
+"""The jobs library against in-memory nodes: launch outcomes, recovery, spec checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpupoolctl.errors import UsageError
+from gpupoolctl.jobs import Jobs, JobSpec, NeverFits, Nodes, reaping
+from gpupoolctl.jobs.spec import parse_env
+from gpupoolctl.ledger import Ledger
+from gpupoolctl.remote.results import HostResult
+from gpupoolctl.remote.target import target_from_vars
+from gpupoolctl.sched import JobRequest
+
+
+class FakeNode:
+    """A node's job folders in memory; `launch_answer` decides how launch calls end."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.launch_answer = "ok"  # ok | timeout | refuse
+        self.calls: list[str] = []
+
+    def __call__(self, requests: list[tuple[Any, dict[str, Any]]]) -> list[HostResult]:
+        return [self.answer(target.name, request) for target, request in requests]
+
+    def answer(self, name: str, request: dict[str, Any]) -> HostResult:
+        verb, args = request["verb"], request["args"]
+        self.calls.append(verb)
+        if verb == "launch":
+            if self.launch_answer == "refuse":
+                return HostResult(name, "failed", error="BadDevices: no", error_type="BadDevices")
+            self.jobs[args["job_id"]] = {"state": "running", "pid": 100 + len(self.jobs)}
+            if self.launch_answer == "timeout":  # it started, but the answer never came
+                return HostResult(name, "timed-out", error="slow", error_type="CommandTimeout")
+            return HostResult(name, "ok", data={"pid": self.jobs[args["job_id"]]["pid"]})
+        if verb == "poll":
+            out = {}
+            for job_id in args["job_ids"]:
+                if job_id not in self.jobs and args.get("fence"):
+                    self.jobs[job_id] = {"state": "absent", "fenced": True}
+                out[job_id] = self.jobs.get(job_id, {"state": "absent"})
+            return HostResult(name, "ok", data={"jobs": out})
+        if verb == "signal":
+            self.jobs[args["job_id"]] = {"state": "exited", "exit_code": 143}
+            return HostResult(name, "ok", data={"sent": True, "state": "exited"})
+        raise AssertionError(verb)
+
+
+SLICES = [
+    {
+        "id": f"n1/gpu{i}",
+        "host": "n1",
+        "gpu": i,
+        "kind": "gpu",
+        "profile": None,
+        "memory_mib": 40960,
+        "uuid": f"GPU-{i}",
+        "devices": [f"GPU-{i}"],
+        "vendor": "nvidia",
+        "model": "A100",
+        "island": f"n1/island{i}",
+    }
+    for i in range(2)
+]
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Jobs, FakeNode]:
+    ledger = Ledger(tmp_path / "ledger.jsonl", durable=False)
+    ledger.refresh_slices(["n1"], SLICES)
+    node = FakeNode()
+    nodes = Nodes([target_from_vars("n1", {"transport": "local"})], node)
+    return Jobs(ledger, nodes, owner="alice"), node
+
+
+def spec(**request: Any) -> JobSpec:
+    return JobSpec(argv=["python", "x.py"], request=JobRequest(**request))
+
+
+def state_of(jobs: Jobs, job_id: str) -> dict[str, Any]:
+    state = jobs.ledger.read().state
+    return state.jobs.get(job_id) or state.finished[job_id]
+
+
+def test_submit_records_placement_then_running(setup) -> None:
+    jobs, _ = setup
+    outcome = jobs.submit(spec())
+    job = state_of(jobs, str(outcome.job_id))
+    assert job["state"] == "running" and job["nodes"][0]["pid"] == 100
+    assert job["nodes"][0]["devices"] == {"vendor": "nvidia", "uuids": ["GPU-0"]}
+    assert jobs.ledger.read().state.allocations[job["alloc"]].request["job"] == job["id"]
+
+
+def test_refused_launch_fails_the_job_and_frees_its_slice(setup) -> None:
+    jobs, node = setup
+    node.launch_answer = "refuse"
+    outcome = jobs.submit(spec())
+    job = state_of(jobs, str(outcome.job_id))
+    assert job["state"] == "failed" and "BadDevices" in job["error"]
+    assert jobs.ledger.read().state.allocations == {}
+
+
+def test_launch_that_timed_out_but_ran_is_recorded_running(setup) -> None:
+    jobs, node = setup
+    node.launch_answer = "timeout"
+    outcome = jobs.submit(spec())
+    assert state_of(jobs, str(outcome.job_id))["state"] == "running"
+    assert node.calls[-1] == "poll"  # it asked the node (fencing) instead of guessing
+
+
+def test_pending_job_of_a_dead_submitter_never_launched_is_requeued_and_runs(setup) -> None:
+    jobs, node = setup
+
+    def place_only(tx):
+        job = {"id": "j-x", "owner": "alice", "run": 0, **spec().record()}
+        tx.append("job", {**job, "state": "queued"})
+        placed = jobs.place(tx.state, JobRequest(), tx.now, "best-fit")
+        recorded = jobs.record_placed(tx, tx.state.jobs["j-x"], placed)
+        tx.append("job", {"id": "j-x", "state": "pending", "submitter": None})
+        return recorded
+
+    jobs.ledger.write(place_only)
+    (settled,) = reaping.recover(jobs)
+    assert settled["state"] == "queued" and node.jobs["j-x"]["fenced"]
+    assert jobs.ledger.read().state.allocations == {}
+    from gpupoolctl.jobs import scheduling
+
+    scheduling.schedule(jobs)
+    job = state_of(jobs, "j-x")
+    assert job["state"] == "running" and job["run"] == 2 and "j-x.2" in node.jobs
+
+
+def test_never_fits_records_nothing(setup) -> None:
+    jobs, _ = setup
+    before = jobs.ledger.read().state.seq
+    with pytest.raises(NeverFits):
+        jobs.submit(spec(gpus=3, same_node=True))
+    assert jobs.ledger.read().state.seq == before
+
+
+def test_spec_checks() -> None:
+    assert parse_env(["A=1", "B=x=$(y)"]) == {"A": "1", "B": "x=$(y)"}
+    for bad in (
+        JobSpec(argv=[], request=JobRequest()),
+        JobSpec(argv=["x"], request=JobRequest(), env={"GH_TOKEN": "s"}),
+        JobSpec(argv=["x"], request=JobRequest(), env={"1X": "s"}),
+        JobSpec(argv=["x"], request=JobRequest(), grace_s=-1),
+        JobSpec(argv=["x"], request=JobRequest(gpus=0)),
+    ):
+        with pytest.raises(UsageError):
+            bad.validate()
+    with pytest.raises(UsageError):
+        parse_env(["NOVALUE"])
