@@ -3,9 +3,11 @@
 Life of a job, as ledger records (op "job" unless said; every step is one all-or-nothing
 transaction, so a crash between two steps leaves a state the next recovery pass settles):
 
-    submit, fits now   job {state: pending, alloc, placement, nodes, submitter} + alloc
-    submit, not now    job {state: queued} + enqueue {id: q-N, job, priority, request}
-    schedule places    dequeue + job {state: pending, ...} + alloc
+    submit             job {state: queued, argv, env, request, ...} + enqueue {id: q-N, job,
+                       priority, request} (refused, nothing written, when it can never fit);
+                       then a schedule pass, so it starts at once when it fits
+    schedule places    dequeue + alloc + job {state: pending, alloc, placement, nodes,
+                       submitter}
     launched           job {state: running, nodes[].pid, started}
     launch failed      job {state: failed, error} + release
     ended (reaped)     job {state: done | failed, exit_code, ended} + release
