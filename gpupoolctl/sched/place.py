@@ -11,7 +11,7 @@ are candidates and each is picked once. The view is changed tentatively and rest
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
 from dataclasses import dataclass, field
 
 from gpupoolctl.errors import UsageError
@@ -25,7 +25,7 @@ from gpupoolctl.sched.policies import (
     pick_one,
 )
 from gpupoolctl.sched.pool import PoolView, Slot
-from gpupoolctl.sched.request import JobRequest
+from gpupoolctl.sched.request import JobRequest, host_matches
 
 
 @dataclass
@@ -131,41 +131,76 @@ def _why_first(request: JobRequest, pool: PoolView, slot: Slot, policy: str) -> 
     return head + explain.single(slot.id, slot.memory, waste, same, tier, policy)
 
 
+def group_counts(
+    request: JobRequest, pool: PoolView, level: str, *, free: bool = True
+) -> dict[str, list[tuple[int, int]]]:
+    """Per host or island: (memory, count) of its matching slices, smallest memory first,
+    from the per-shape counts (no slice is looked at). free=False: as if all were free."""
+    counts: dict[str, list[tuple[int, int]]] = {}
+    for shape in pool.shapes_for(request):  # smallest memory first
+        for group, number in pool.shape_groups(shape, level, free=free).items():
+            if number:
+                counts.setdefault(group, []).append((shape.memory, number))
+    if request.host is not None:
+        counts = {
+            g: c for g, c in counts.items() if host_matches(pool.group_host(level, g), request)
+        }
+    return counts
+
+
+def _smallest(parts: list[tuple[int, int]], count: int) -> int:
+    """Sum of the `count` smallest memories of (memory, number) parts in memory order."""
+    total = 0
+    for memory, number in parts:
+        take = min(number, count)
+        total += take * memory
+        count -= take
+        if not count:
+            break
+    return total
+
+
 def _grouped(
     request: JobRequest, pool: PoolView, policy: str, level: str
 ) -> tuple[list[Slot] | None, list[str]]:
-    groups: dict[str, list[Slot]] = {}
-    for slot in pool.free_candidates(request):
-        groups.setdefault(slot.island if level == "island" else slot.host, []).append(slot)
     rule = policy if policy != "topology" else "best-fit"
+    counts = group_counts(request, pool, level)
     scored = []
-    for name, slots in groups.items():
-        if len(slots) >= request.gpus:
-            chosen = choose_in_group(pool, slots, request.gpus, rule)
-            scored.append((group_key(pool, level, name, len(slots), chosen, rule), name, chosen))
+    for name, parts in counts.items():
+        free = sum(n for _, n in parts)
+        if free >= request.gpus:
+            memory = _smallest(parts, request.gpus)
+            scored.append((group_key(pool, level, name, free, memory, rule), name))
     if not scored:
         return None, []
-    scored.sort(key=lambda item: item[0])
-    _, name, chosen = scored[0]
-    runner_up = scored[1][1] if len(scored) > 1 else None
-    free = sum(len(v) for v in groups.values())
+    best = heapq.nsmallest(2, scored)
+    name = best[0][1]
+    wanted = {id(s) for s in pool.shapes_for(request)}
+    slots = [
+        s for s in pool.group_slots(level, name) if id(s.shape) in wanted and pool.is_free(s.id)
+    ]
+    chosen = choose_in_group(pool, slots, request.gpus, rule)
     line = explain.group(
         level,
         request.gpus,
         len(scored),
-        len(groups),
+        len(counts),
         name,
         sum(s.memory for s in chosen),
-        runner_up,
+        best[1][1] if len(best) > 1 else None,
         rule,
     )
-    return chosen, [f"considered {free} free matching slice(s) in {len(groups)} {level}(s)", line]
+    free_total = sum(n for parts in counts.values() for _, n in parts)
+    return chosen, [
+        f"considered {free_total} free matching slice(s) in {len(counts)} {level}(s)",
+        line,
+    ]
 
 
 def _no_fit(request: JobRequest, pool: PoolView, tried: list[str | None]) -> NoFit:
     want = request.describe()
-    free_now = sum(1 for _ in pool.free_candidates(request))
     if None in tried:
+        free_now = sum(1 for _ in pool.free_candidates(request))
         if request.host is None:
             total = sum(len(s.members) for s in pool.shapes_for(request))
         else:
@@ -183,8 +218,11 @@ def _no_fit(request: JobRequest, pool: PoolView, tried: list[str | None]) -> NoF
         )
     level = tried[-1]
     assert level is not None
-    best_ever = _largest_group(pool.all_candidates(request), level)
-    best_now = _largest_group(pool.free_candidates(request), level)
+    best_ever = pool.static_cache(
+        ("largest", request.static_key(), request.host, level),
+        lambda: _largest(group_counts(request, pool, level, free=False)),
+    )
+    best_now = _largest(group_counts(request, pool, level))
     if best_ever[1] == 0:
         return NoFit(f"no slice in the pool matches {want}", never=True)
     if best_ever[1] < request.gpus:
@@ -199,15 +237,12 @@ def _no_fit(request: JobRequest, pool: PoolView, tried: list[str | None]) -> NoF
     return NoFit(f"nothing fits {want} now: {now}", never=False)
 
 
-def _largest_group(slots: Iterable[Slot], level: str) -> tuple[str, int]:
-    counts: dict[str, int] = {}
-    for slot in slots:
-        name = slot.island if level == "island" else slot.host
-        counts[name] = counts.get(name, 0) + 1
-    if not counts:
+def _largest(counts: dict[str, list[tuple[int, int]]]) -> tuple[str, int]:
+    totals = {g: sum(n for _, n in parts) for g, parts in counts.items()}
+    if not totals:
         return "", 0
-    name = min(counts, key=lambda g: (-counts[g], natural(g)))
-    return name, counts[name]
+    name = min(totals, key=lambda g: (-totals[g], natural(g)))
+    return name, totals[name]
 
 
 __all__ = ["ALLOC_POLICY", "NoFit", "Placement", "levels", "place"]

@@ -109,10 +109,10 @@ def choose_in_group(pool: PoolView, slots: list[Slot], count: int, policy: str) 
 
 
 def group_key(
-    pool: PoolView, level: str, group: str, free: int, chosen: list[Slot], policy: str
+    pool: PoolView, level: str, group: str, free: int, memory: int, policy: str
 ) -> tuple[Any, ...]:
-    """Rank of a host or island that can hold the whole request."""
-    memory = sum(s.memory for s in chosen)
+    """Rank of a host or island that can hold the whole request; `memory` is the sum of the
+    smallest matching free slices it would give, `free` how many matching slices it has."""
     load = pool.island_load(group) if level == "island" else pool.host_load(group)
     if policy == "spread":
         return (load, memory, natural(group))

@@ -19,11 +19,11 @@ per call, pays for the shapes it asks about and the holds, not for the whole poo
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from gpupoolctl.sched.ids import natural
 from gpupoolctl.sched.request import JobRequest, host_matches, shape_matches
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from gpupoolctl.ledger.state import Allocation, State
 
 Nat = tuple[Any, ...]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,9 @@ class Shape:
     entry: dict[str, Any]  # one slice of the shape: what requests are matched against
     memory: int
     members: list[Slot] = field(default_factory=list)  # natural order
+    totals: dict[str, dict[str, int]] = field(
+        default_factory=lambda: {"host": {}, "island": {}}
+    )  # level -> group -> slices of this shape there
 
 
 class Skeleton:
@@ -88,10 +92,13 @@ class Skeleton:
         self.shapes: list[Shape] = []
         self.host_slots: dict[str, list[Slot]] = {}
         self.gpu_slots: dict[str, list[Slot]] = {}
+        self.island_slots: dict[str, list[Slot]] = {}
+        self.island_host: dict[str, str] = {}
         self.total_host: dict[str, int] = {}
         self.total_gpu: dict[str, int] = {}
         self.total_island: dict[str, int] = {}
         self.match_cache: dict[tuple[Any, ...], list[Shape]] = {}
+        self.cache: dict[tuple[Any, ...], Any] = {}  # answers that depend on slices only
         shapes: dict[tuple[Any, ...], Shape] = {}
         for entry in sorted(slices, key=lambda s: natural(s["id"])):
             sid, host = entry["id"], entry["host"]
@@ -117,6 +124,10 @@ class Skeleton:
             self.by_nat[slot.nat] = sid
             self.host_slots.setdefault(host, []).append(slot)
             self.gpu_slots.setdefault(gpu, []).append(slot)
+            self.island_slots.setdefault(island, []).append(slot)
+            self.island_host[island] = host
+            shape.totals["host"][host] = shape.totals["host"].get(host, 0) + 1
+            shape.totals["island"][island] = shape.totals["island"].get(island, 0) + 1
             self.total_host[host] = self.total_host.get(host, 0) + memory
             self.total_gpu[gpu] = self.total_gpu.get(gpu, 0) + memory
             self.total_island[island] = self.total_island.get(island, 0) + memory
@@ -185,6 +196,7 @@ class PoolView:
         self._tiers: dict[int, list[list[Nat]]] = {}
         self._shape_free: dict[int, int] = {}
         self._by_host: dict[int, dict[str, int]] = {}
+        self._by_island: dict[int, dict[str, int]] = {}
         self._tier_of: dict[str, int] = {}  # free slots of built shapes
         for holder in holders:
             self.hold(holder.slices, holder)
@@ -203,14 +215,12 @@ class PoolView:
             str(job["alloc"]): job for job in state.jobs.values() if job.get("alloc") is not None
         }
         holders = []
+        known, owner_of = state.slices, state.holders
         for alloc in state.active(stamp).values():
-            holder = _holder(alloc, jobs_by_alloc.get(alloc.id))
             # A hold on a slice that is gone (orphan) or recorded twice keeps only what it
             # really holds: the view must never show one slice held twice.
-            mine = tuple(
-                s for s in holder.slices if s in state.slices and state.holders.get(s) == alloc.id
-            )
-            holders.append(replace(holder, slices=mine))
+            mine = tuple(s for s in alloc.slices if s in known and owner_of.get(s) == alloc.id)
+            holders.append(_holder(alloc, mine, jobs_by_alloc.get(alloc.id)))
         return cls(_skeleton_of(state.slices), holders)
 
     # -- public queries -------------------------------------------------------------------
@@ -305,6 +315,7 @@ class PoolView:
             del tier_list[bisect_left(tier_list, slot.nat)]
             self._shape_free[index] -= 1
             self._by_host[index][slot.host] -= 1
+            self._by_island[index][slot.island] -= 1
         self._count(slot, +1)
         if self._held_gpu[slot.gpu] == 1:
             self._retier(self._sk.gpu_slots[slot.gpu])
@@ -325,6 +336,7 @@ class PoolView:
             self._tier_of[slice_id] = tier
             self._shape_free[index] += 1
             self._by_host[index][slot.host] = self._by_host[index].get(slot.host, 0) + 1
+            self._by_island[index][slot.island] = self._by_island[index].get(slot.island, 0) + 1
         if self._held_gpu[slot.gpu] == 0:
             self._retier(self._sk.gpu_slots[slot.gpu])
         if self._held_host[slot.host] == 0:
@@ -353,6 +365,7 @@ class PoolView:
     def _build(self, shape: Shape) -> list[list[Nat]]:
         tiers: list[list[Nat]] = [[], [], [], []]
         by_host: dict[str, int] = {}
+        by_island: dict[str, int] = {}
         free = 0
         taken, tier_of = self._taken, self._tier_of
         held_gpu, held_host = self._held_gpu, self._held_host
@@ -364,10 +377,12 @@ class PoolView:
             tiers[tier].append(slot.nat)
             tier_of[slot.id] = tier
             by_host[slot.host] = by_host.get(slot.host, 0) + 1
+            by_island[slot.island] = by_island.get(slot.island, 0) + 1
             free += 1
         self._tiers[shape.index] = tiers
         self._shape_free[shape.index] = free
         self._by_host[shape.index] = by_host
+        self._by_island[shape.index] = by_island
         return tiers
 
     # -- matching -------------------------------------------------------------------------
@@ -386,6 +401,28 @@ class PoolView:
         if shape.index not in self._tiers:
             self._build(shape)
         return self._by_host[shape.index]
+
+    def shape_groups(self, shape: Shape, level: str, *, free: bool = True) -> dict[str, int]:
+        """Slices of the shape per host or island: free ones, or all (free=False). Groups
+        with none may appear with 0."""
+        if not free:
+            return shape.totals[level]
+        if shape.index not in self._tiers:
+            self._build(shape)
+        return (self._by_island if level == "island" else self._by_host)[shape.index]
+
+    def static_cache(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
+        """An answer that depends only on the slices (not on holds), computed once."""
+        cache = self._sk.cache
+        if key not in cache:
+            cache[key] = compute()
+        return cast(T, cache[key])
+
+    def group_host(self, level: str, group: str) -> str:
+        return self._sk.island_host[group] if level == "island" else group
+
+    def group_slots(self, level: str, group: str) -> list[Slot]:
+        return (self._sk.island_slots if level == "island" else self._sk.host_slots).get(group, [])
 
     def heads(self, shape: Shape) -> tuple[int, Nat] | None:
         """The best free slice of a shape for packing: (tier, natural id)."""
@@ -427,8 +464,11 @@ def _gpu_key(entry: dict[str, Any]) -> str:
     return str(entry.get("gpu_uuid") or entry["id"])
 
 
-def _holder(alloc: Allocation, job: dict[str, Any] | None) -> Holder:
+def _holder(alloc: Allocation, slices: tuple[str, ...], job: dict[str, Any] | None) -> Holder:
     request = alloc.request or {}
+    job_id = request.get("job") or (job.get("id") if job else None)
+    if job_id is None:  # not a job's: nothing more to look up
+        return Holder(alloc.id, alloc.owner, slices, since=alloc.created, expires=alloc.expires)
     job = job or {}
     job_request = job.get("request") or {}
 
@@ -438,15 +478,14 @@ def _holder(alloc: Allocation, job: dict[str, Any] | None) -> Holder:
                 return source[key]
         return None
 
-    job_id = request.get("job") or job.get("id")
     priority = first("priority")
     return Holder(
         alloc=alloc.id,
         owner=alloc.owner,
-        slices=tuple(alloc.slices),
+        slices=slices,
         job=str(job_id) if job_id is not None else None,
-        priority=int(priority) if isinstance(priority, int | float) and job_id else None,
-        preemptible=bool(first("preemptible")) and job_id is not None,
+        priority=int(priority) if isinstance(priority, int | float) else None,
+        preemptible=bool(first("preemptible")),
         since=alloc.created,
         expires=alloc.expires,
     )
