@@ -7,15 +7,16 @@ to the earlier arrival (ledger seq). So an entry of priority p that has waited
 that arrived after it, whatever their priority: no stream of later work can starve it.
 
 schedule_pass() is one pass over the queue on a pool view: each entry in order is placed if
-it fits (later, smaller entries may backfill around one that does not), except that once an
-entry that has aged to the cap does not fit, the pass stops there, so backfill cannot starve
-a big job either.
+it fits, and later entries may backfill around one that does not. Backfill could still
+starve a big job (small ones keep taking what it needs as it frees up), so once an entry
+that has aged to the cap does not fit, every free slice that could serve it is reserved for
+the rest of the pass: later entries may only use slices it could never use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -91,7 +92,7 @@ class PassResult:
     placed: list[tuple[QueueEntry, Placement]] = field(default_factory=list)
     waiting: list[tuple[QueueEntry, NoFit]] = field(default_factory=list)
     never: list[tuple[QueueEntry, NoFit]] = field(default_factory=list)  # refuse these
-    blocked_by: str | None = None  # the starving entry the pass stopped at
+    reserved_for: list[str] = field(default_factory=list)  # starving entries, slices kept
 
 
 def schedule_pass(
@@ -106,28 +107,39 @@ def schedule_pass(
     """Place what fits, in queue order. Each placement is held on `pool` (as a Holder named
     after the entry id) so later entries see it: pass a view you do not need afterwards."""
     result = PassResult()
-    for entry in order_queue(entries, now, interval=interval, cap=cap):
-        if result.blocked_by is not None:
-            result.waiting.append((entry, NoFit(f"waiting behind {result.blocked_by}", False)))
-            continue
-        outcome = place(entry.request, pool, policy)
-        if isinstance(outcome, Placement):
-            pool.hold(
-                outcome.slices,
-                Holder(
-                    alloc=entry.id,
-                    owner=entry.owner,
-                    slices=tuple(outcome.slices),
-                    job=entry.job,
-                    priority=entry.request.priority,
-                    preemptible=entry.request.preemptible,
-                ),
-            )
-            result.placed.append((entry, outcome))
-        elif outcome.never:
-            result.never.append((entry, outcome))
-        else:
+    # The pass only ever takes slices, so a request that did not fit cannot fit later in the
+    # same pass: identical requests (priority aside) reuse the answer.
+    failed: dict[JobRequest, NoFit] = {}
+    reserved: list[str] = []
+    try:
+        for entry in order_queue(entries, now, interval=interval, cap=cap):
+            shape = replace(entry.request, priority=0, preemptible=False)
+            outcome = failed.get(shape) or place(entry.request, pool, policy)
+            if isinstance(outcome, Placement):
+                pool.hold(
+                    outcome.slices,
+                    Holder(
+                        alloc=entry.id,
+                        owner=entry.owner,
+                        slices=tuple(outcome.slices),
+                        job=entry.job,
+                        priority=entry.request.priority,
+                        preemptible=entry.request.preemptible,
+                    ),
+                )
+                result.placed.append((entry, outcome))
+                continue
+            failed[shape] = outcome
+            if outcome.never:
+                result.never.append((entry, outcome))
+                continue
             result.waiting.append((entry, outcome))
             if effective_priority(entry, now, interval=interval, cap=cap) >= cap:
-                result.blocked_by = entry.id
+                for slot in list(pool.free_candidates(entry.request)):
+                    pool.take(slot.id)
+                    reserved.append(slot.id)
+                result.reserved_for.append(entry.id)
+    finally:
+        for slice_id in reversed(reserved):
+            pool.give(slice_id)
     return result

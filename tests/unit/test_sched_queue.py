@@ -84,11 +84,20 @@ def test_a_pass_backfills_but_stops_at_a_starving_entry():
     assert [e.id for e, _ in result.placed] == ["two"]
     assert [e.id for e, _ in result.never] == ["big"]
     assert [e.id for e, _ in result.waiting] == ["one"]
-    # a fully aged entry that does not fit blocks backfill behind it
-    view = PoolView(cards("a", 2), [Holder(alloc="x", slices=("a/gpu0",))])
-    queue = [entry("old", 10, 1, minutes=-600, gpus=2), entry("small", 50, 2)]
+    # a fully aged entry that does not fit keeps every slice it could use: backfill only
+    # goes to slices it could never use (here: the small card)
+    small_card = {**cards("b", 1)[0], "memory_mib": 10000}
+    view = PoolView([*cards("a", 2), small_card], [Holder(alloc="x", slices=("a/gpu0",))])
+    queue = [
+        entry("old", 10, 1, minutes=-600, gpus=2, memory_mib=40000),
+        entry("big", 50, 2, memory_mib=40000),
+        entry("small", 50, 3, memory_mib=5000),
+    ]
     result = schedule_pass(queue, view, T0)
-    assert result.placed == [] and result.blocked_by == "old"
+    assert result.reserved_for == ["old"]
+    assert [e.id for e, p in result.placed] == ["small"] and result.placed[0][1].hosts == ["b"]
+    assert [e.id for e, _ in result.waiting] == ["old", "big"]
+    assert set(view.free) == {"a/gpu1"}  # the reservation ends with the pass
 
 
 def test_preemption_takes_the_fewest_cheapest_eligible_victims():
