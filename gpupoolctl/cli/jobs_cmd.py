@@ -106,7 +106,16 @@ def submit(
         list[str] | None,
         typer.Argument(metavar="-- COMMAND [ARGS]...", help="Run as given, without a shell."),
     ] = None,
-    gpus: Annotated[int, typer.Option("--gpus", "-g", min=1, help="Slices (GPUs) wanted.")] = 1,
+    gpus: Annotated[
+        int,
+        typer.Option(
+            "--gpus",
+            "-g",
+            min=1,
+            help="How many GPUs (slices) the job gets. Without --profile or --mem each is a "
+            "whole card; with them, any slice that matches.",
+        ),
+    ] = 1,
     profile: Annotated[
         str | None,
         typer.Option(
@@ -173,7 +182,9 @@ def submit(
         argv = argv[1:]
     request = JobRequest(
         gpus=gpus,
-        profile=profile,
+        # A job that says nothing about its size gets whole cards: handing `torchrun` a 1g
+        # slice because it was the smallest free one would be a surprise, not pooling.
+        profile=profile if profile or mem else "gpu",
         memory_mib=parse_memory_mib(mem) if mem else None,
         vendor=vendor.lower() if vendor else None,
         model=model,

@@ -35,6 +35,9 @@ def schedule(jobs: Jobs) -> Outcome:
     outcome = Outcome()
     done_with: set[str] = set()  # entries decided (or given up on) in this pass
     preempted_for: set[str] = set()
+    # Slices kept back for entries that have aged to the cap and still do not fit: smaller
+    # jobs may take other slices, never these (the rule of sched.schedule_pass).
+    reserved: set[str] = set()
     for _ in range(1000):  # bounded: every round decides one entry or frees slices
         view = jobs.ledger.read()
         now = parse_ts(view.now)
@@ -44,7 +47,7 @@ def schedule(jobs: Jobs) -> Outcome:
             break
         entry = ordered[0]
         done_with.add(entry.id)
-        decided = jobs.ledger.write(lambda tx, e=entry: _decide(jobs, tx, e))
+        decided = jobs.ledger.write(lambda tx, e=entry: _decide(jobs, tx, e, reserved))
         jobs.warnings.extend(decided.warnings)
         kind, detail = decided.value
         if kind == "placed":
@@ -73,11 +76,12 @@ def schedule(jobs: Jobs) -> Outcome:
                 continue
             outcome.events.append({"event": "waiting", "job": entry.job, "reason": detail})
             if effective_priority(entry, now) >= AGING_CAP:
-                break  # it has waited long enough: nothing may backfill around it
+                pool = jobs.pool(view.state, view.now)
+                reserved.update(slot.id for slot in pool.free_candidates(entry.request))
     return outcome
 
 
-def _decide(jobs: Jobs, tx: Transaction, entry: QueueEntry) -> tuple[str, Any]:
+def _decide(jobs: Jobs, tx: Transaction, entry: QueueEntry, reserved: set[str]) -> tuple[str, Any]:
     queued = tx.state.queue.get(entry.id)
     job = tx.state.jobs.get(str(entry.job)) if entry.job else None
     if queued is None:
@@ -86,7 +90,7 @@ def _decide(jobs: Jobs, tx: Transaction, entry: QueueEntry) -> tuple[str, Any]:
         tx.append("dequeue", {"id": entry.id, "reason": "its job is no longer queued"})
         return "gone", None
     policy = str(job.get("policy") or "best-fit")
-    result = jobs.place(tx.state, entry.request, tx.now, policy)
+    result = jobs.place(tx.state, entry.request, tx.now, policy, reserved)
     if isinstance(result, Placement):
         tx.append("dequeue", {"id": entry.id, "reason": "placed"})
         return "placed", jobs.record_placed(tx, job, result)

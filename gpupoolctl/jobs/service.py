@@ -11,6 +11,7 @@ import dataclasses
 import os
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -86,8 +87,20 @@ class Jobs:
             state = dataclasses.replace(state, slices=kept)
         return PoolView.from_state(state, now)
 
-    def place(self, state: State, request: JobRequest, now: str, policy: str) -> Any:
-        return place(request, self.pool(state, now), policy)
+    def place(
+        self,
+        state: State,
+        request: JobRequest,
+        now: str,
+        policy: str,
+        reserved: Iterable[str] = (),
+    ) -> Any:
+        """Place on the ledger's current pool, treating `reserved` slices as taken."""
+        pool = self.pool(state, now)
+        for slice_id in reserved:
+            if pool.holder(slice_id) is None:
+                pool.take(slice_id)
+        return place(request, pool, policy)
 
     def ensure_slices(self, *, record: bool = True) -> None:
         """Slices of the chosen hosts from their facts, when the ledger knows none yet

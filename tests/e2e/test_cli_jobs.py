@@ -57,12 +57,14 @@ def test_small_request_lands_on_a_small_slice_and_wait_exits_with_its_code(jobs_
 
 def test_dry_run_changes_nothing_and_four_h100_stay_on_one_dgx(jobs_cli) -> None:
     ledger = Path(jobs_cli.tmp) / "home" / ".local" / "state" / "gpupoolctl" / "ledger.jsonl"
-    args = ["--gpus", "4", "--same-island", "--model", "H100", "--profile", "gpu"]
+    # The issue's own example: nothing about size, so four whole cards, one NVLink island.
+    args = ["--gpus", "4", "--same-island", "--model", "H100", "--priority", "high"]
     plan = jobs_cli("-q", "submit", *args, "--dry-run", "-o", "json", "--", "true")
     assert plan.code == 0, plan.stderr
     doc = plan.json()
     assert doc["fits"] and len(doc["hosts"]) == 1 and doc["hosts"][0].startswith("sg-dgx")
     assert len(doc["slices"]) == 4 and doc["why"]
+    assert not any("/mig-" in slice_id for slice_id in doc["slices"]), doc["slices"]
     assert not ledger.exists()  # nothing recorded, not even the slices it read
     text = jobs_cli("-q", "submit", *args, "--dry-run", "--", "true")
     assert "would run on sg-dgx" in text.stdout and "why:" in text.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,34 @@ def test_spec_checks() -> None:
             bad.validate()
     with pytest.raises(UsageError):
         parse_env(["NOVALUE"])
+
+
+def test_aged_waiting_job_keeps_its_slices_but_others_still_backfill(tmp_path: Path) -> None:
+    from datetime import datetime, timedelta
+
+    moment = [datetime(2026, 1, 1, tzinfo=UTC)]
+    ledger = Ledger(tmp_path / "ledger.jsonl", durable=False, clock=lambda: moment[0])
+    l40s = dict(
+        SLICES[0],
+        id="n1/gpu2",
+        gpu=2,
+        uuid="GPU-2",
+        devices=["GPU-2"],
+        model="L40S",
+        island="n1/island2",
+    )
+    ledger.refresh_slices(["n1"], [*SLICES, l40s])
+    node = FakeNode()
+    nodes = Nodes([target_from_vars("n1", {"transport": "local"})], node)
+    jobs = Jobs(ledger, nodes, owner="alice")
+    jobs.submit(spec(profile="gpu", model="A100"))  # holds one A100 and keeps running
+    big = jobs.submit(spec(gpus=2, profile="gpu", model="A100"))
+    assert big.state == "queued"
+    moment[0] += timedelta(hours=3)  # long enough to reach the aging cap
+    # A small job that wants the other A100 waits behind the aged one...
+    small_a100 = jobs.submit(spec(profile="gpu", model="A100"))
+    assert small_a100.state == "queued"
+    # ...but one that wants a slice the aged job can never use still starts.
+    small_l40s = jobs.submit(spec(profile="gpu", model="L40S"))
+    assert state_of(jobs, str(small_l40s.job_id))["state"] == "running"
+    assert state_of(jobs, str(big.job_id))["state"] == "queued"
