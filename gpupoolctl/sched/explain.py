@@ -40,8 +40,10 @@ def single(
             "GPU, then smallest slice, then lowest id"
         )
     why = f"the smallest that fits; {same_size} free candidate(s) of this size"
-    if tier is not None and same_size > 1:
+    if tier is not None and tier < 3 and same_size > 1:
         why += f", preferred as {_TIES[tier]} (keeps whole GPUs/hosts free), then lowest id"
+    elif tier == 3 and same_size > 1:
+        why += ", none on a GPU or host already partly used, so lowest id"
     elif same_size > 1:
         why += ", lowest id first"
     return f"chose {slice_id} ({gib(memory)}{extra}): {why}"
