@@ -17,14 +17,18 @@ def hoist_global_options(args: list[str], root: Any) -> list[str]:
     leaf, path_end = _leaf_command(args, root, root_opts)
     if leaf is root:
         return args
-    leaf_names = set(_option_arity(leaf))
+    leaf_arity = _option_arity(leaf)
+    leaf_names = set(leaf_arity)
+    # A command like `submit` stops parsing options at its first plain word: what follows is
+    # the user's own command line (`submit -- python train.py -f 3`) and must stay as it is.
+    stops_at_word = not _interspersed(leaf)
     head, tail = args[:path_end], args[path_end:]
     hoisted: list[str] = []
     kept: list[str] = []
     index = 0
     while index < len(tail):
         token = tail[index]
-        if token == "--":
+        if token == "--" or (stops_at_word and not token.startswith("-")):
             kept.extend(tail[index:])
             break
         name, _, inline_value = token.partition("=")
@@ -36,8 +40,16 @@ def hoist_global_options(args: list[str], root: Any) -> list[str]:
                 index += 1
         else:
             kept.append(token)
+            if leaf_arity.get(name) and not inline_value and index + 1 < len(tail):
+                kept.append(tail[index + 1])  # the command's own option value, not a word
+                index += 1
         index += 1
     return hoisted + head + kept if hoisted else args
+
+
+def _interspersed(command: Any) -> bool:
+    settings = getattr(command, "context_settings", None) or {}
+    return bool(settings.get("allow_interspersed_args", True))
 
 
 def _option_arity(command: Any) -> dict[str, bool]:

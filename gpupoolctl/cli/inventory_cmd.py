@@ -12,11 +12,11 @@ from gpupoolctl.cli.console import warn
 from gpupoolctl.cli.render import Column, emit, table
 from gpupoolctl.cli.settings import OutputFormat, Settings
 from gpupoolctl.errors import ExitCode
+from gpupoolctl.redact import looks_secret
 
 # The group's help is the callback's docstring, so `inventory --help` explains the fan-out.
 app = typer.Typer(no_args_is_help=False)
 
-_SECRET_MARKERS = ("password", "passphrase", "secret", "token")
 
 
 @app.callback(invoke_without_command=True)
@@ -115,6 +115,6 @@ def hosts(ctx: typer.Context) -> None:
 def _masked(variables: dict[str, Any]) -> dict[str, Any]:
     """Hide values that look like secrets: output often ends up in CI logs."""
     return {
-        key: ("***" if any(m in key.lower() for m in _SECRET_MARKERS) else value)
+        key: ("***" if looks_secret(key) else value)
         for key, value in variables.items()
     }

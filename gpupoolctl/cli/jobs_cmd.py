@@ -148,7 +148,9 @@ def submit(
     ] = False,
     grace: Annotated[
         float,
-        typer.Option("--grace", min=0, help="Seconds between SIGTERM and SIGKILL when stopped."),
+        typer.Option(
+            "--grace", min=0, max=3600, help="Seconds between SIGTERM and SIGKILL when stopped."
+        ),
     ] = 30.0,
     name: Annotated[str | None, typer.Option("--name", help="A name to know it by.")] = None,
     env: Annotated[
@@ -443,6 +445,7 @@ def cancel(
         typer.Option(
             "--grace",
             min=0,
+            max=3600,
             help="Seconds between SIGTERM and SIGKILL (default: "
             "the job's own, 30 s unless it was submitted with --grace).",
         ),

@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupoolctl.errors import UsageError
+from gpupoolctl.redact import looks_secret
 from gpupoolctl.sched import JobRequest
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_SECRET_MARKERS = ("password", "passphrase", "secret", "token", "private_key")
 DEFAULT_GRACE_S = 30.0
+MAX_GRACE_S = 3600  # longer than an hour is a job that ignores SIGTERM, not a grace
 
 
 @dataclass(frozen=True)
@@ -35,14 +36,14 @@ class JobSpec:
                 raise UsageError(f"bad environment variable name {key!r}")
             if "\0" in value:
                 raise UsageError(f"environment variable {key} must not contain NUL bytes")
-            if any(m in key.lower() for m in _SECRET_MARKERS):
+            if looks_secret(key):
                 # The ledger is read with less and grep: secrets never go in it.
                 raise UsageError(
                     f"refusing --env {key}: secrets are never recorded in the ledger; set it "
                     "on the node (e.g. in a file the job reads)"
                 )
-        if self.grace_s < 0:
-            raise UsageError("--grace must not be negative")
+        if not 0 <= self.grace_s <= MAX_GRACE_S:  # also refuses NaN and infinity
+            raise UsageError(f"--grace must be between 0 and {MAX_GRACE_S} seconds")
         self.request.validate()
 
     def record(self) -> dict[str, Any]:

@@ -43,7 +43,8 @@ def encode(
     if batch is not None:
         body["batch"] = [batch[0], batch[1]]
     body["data"] = data
-    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    # allow_nan=False: Infinity/NaN are not JSON, and jq or another reader would choke.
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     head = text[:-1].encode("utf-8")  # without the closing brace
     return b'%s,"crc":"%08x"}\n' % (head, zlib.crc32(head))
 

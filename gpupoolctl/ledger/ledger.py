@@ -29,8 +29,7 @@ from gpupoolctl.ledger.repair import repair as repair_journal
 from gpupoolctl.ledger.state import Allocation, State
 from gpupoolctl.ledger.units import format_ts, utc_now
 from gpupoolctl.ledger.verify import Problem, Report, check
-
-_SECRET_MARKERS = ("password", "passphrase", "secret", "token", "private_key")
+from gpupoolctl.redact import looks_secret
 
 
 def default_actor() -> str:
@@ -45,7 +44,7 @@ def check_no_secrets(value: Any, where: str = "data") -> None:
     """Refuse payload keys that look like secrets: the ledger is read with less and grep."""
     if isinstance(value, dict):
         for key, item in value.items():
-            if any(m in str(key).lower() for m in _SECRET_MARKERS):
+            if looks_secret(str(key)):
                 raise LedgerError(
                     f"refusing to record {where}.{key}: secrets never go in the ledger"
                 )
@@ -183,7 +182,9 @@ class Ledger:
         where = str(self.paths.journal)
         hint = "writes are refused until `gpupoolctl ledger repair`"
         if loaded.scan.bad:
-            bad = loaded.scan.bad[0]
+            # Name the line that is itself broken, not a batch neighbour left incomplete by it.
+            causes = [b for b in loaded.scan.bad if "incomplete batch" not in b.reason]
+            bad = (causes or loaded.scan.bad)[0]
             more = len(loaded.scan.bad) - 1
             extra = f" ({more} more damaged line(s))" if more else ""
             return LedgerDamaged(where, bad.line, f"damaged record: {bad.reason}{extra}; {hint}")

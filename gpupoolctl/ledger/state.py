@@ -151,9 +151,10 @@ class State:
         if status not in JOB_STATES:
             self._problem(record["seq"], f"job {job_id}: unknown state {status!r}")
             return
-        job = self.jobs.get(job_id) or {"id": job_id, "created": record["ts"]}
-        job.update({k: v for k, v in data.items() if k != "id"})
-        job["updated"] = record["ts"]
+        # A new dict, never an update in place: a caller holding the job as it was (the
+        # run it is about to act on) must still see that version after later records.
+        old = self.jobs.get(job_id) or {"id": job_id, "created": record["ts"]}
+        job = {**old, **{k: v for k, v in data.items() if k != "id"}, "updated": record["ts"]}
         if status in JOB_TERMINAL:
             self.jobs.pop(job_id, None)  # finished jobs are history, not state
             self.finished[job_id] = job

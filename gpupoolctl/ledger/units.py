@@ -31,6 +31,9 @@ _MEMORY_UNITS = {
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
+MAX_DURATION_S = 100 * 365 * 86400
+
+
 def parse_duration(text: str) -> timedelta:
     """'90s', '30m', '8h', '2d', '1h30m' -> timedelta (> 0)."""
     compact = text.strip().replace(" ", "")
@@ -40,6 +43,9 @@ def parse_duration(text: str) -> timedelta:
     seconds = sum(float(n) * _SECONDS[u.lower()] for n, u in parts)
     if seconds <= 0:
         raise UsageError(f"bad duration {text!r}: must be more than zero")
+    # A ttl or --since past this cannot mean anything, and datetime arithmetic overflows.
+    if seconds > MAX_DURATION_S:
+        raise UsageError(f"bad duration {text!r}: at most 100 years")
     return timedelta(seconds=seconds)
 
 

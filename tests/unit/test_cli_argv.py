@@ -61,3 +61,14 @@ def test_nothing_after_double_dash_is_touched():
     command = get_command(_demo_app())
     args = ["partition", "show", "--", "-o", "json"]
     assert hoist_global_options(args, command) == args
+
+
+def test_the_users_command_after_submit_is_never_touched():
+    command = get_command(app)
+    args = ["submit", "--mem", "10G", "python", "train.py", "-f", "3", "-o", "out.txt"]
+    assert hoist_global_options(args, command) == args
+    # Global options before the job's command still move; the job's own flags stay.
+    args = ["submit", "-q", "--name", "-o", "python", "x.py", "-q"]
+    assert hoist_global_options(args, command) == [
+        "-q", "submit", "--name", "-o", "python", "x.py", "-q",
+    ]
