@@ -53,7 +53,9 @@ class Selection:
 def select(settings: Settings) -> Selection:
     inventory = load(settings)
     chosen = inventory.select(settings.limit, cwd=Path(os.getcwd()))
-    for pattern in getattr(chosen, "unmatched", []) or []:
+    for message in [*inventory.warnings, *chosen.warnings]:
+        warn(message)
+    for pattern in chosen.unmatched:
         warn(f"could not match host pattern, ignoring: {pattern}")
     hosts = list(chosen)
     if not hosts:

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from gpupoolctl.errors import UsageError
 from gpupoolctl.ledger import journal, replay, snapshot
 from gpupoolctl.ledger.errors import LedgerDamaged, LedgerError
 from gpupoolctl.ledger.fit import Request, pick
@@ -140,6 +141,8 @@ class Ledger:
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.is_default = path is None
+        if path is not None and Path(path).is_dir():
+            raise UsageError(f"ledger {path} is a folder; give the ledger file's path")
         self.paths = LedgerPaths(Path(path) if path is not None else default_path())
         self.durable = durable
         self.actor = actor or default_actor()

@@ -11,7 +11,8 @@ zip itself, because Python then keeps compiled bytecode beside the sources and l
 compiling (a quarter of the agent's start-up); it does so even under PYTHONDONTWRITEBYTECODE,
 as the folder is the agent's own. The folder appears by one atomic rename with a
 `.complete` marker inside, so a concurrent or interrupted run never sees half of it; versions
-unused for a week are pruned. Its own failures go to stderr prefixed "gpupoolctl-bootstrap:".
+unused for a week (each run touches its folder) are pruned. Its own failures go to stderr
+prefixed "gpupoolctl-bootstrap:".
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ def _store(b):
     p = os.path.join(b, "agent-" + d)
     m = os.path.join(p, ".complete")
     if os.path.isfile(m):
+        try:
+            os.utime(p)
+        except OSError:
+            pass
         return p
     import io, shutil, zipfile
     t = tempfile.mkdtemp(prefix=".agent-", dir=b)

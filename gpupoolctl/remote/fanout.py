@@ -34,7 +34,7 @@ def host_request(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
     sim = None
     if target.sim is not None:
         sim = {"template": target.sim.template, "state_dir": target.sim.state_dir}
-    return {"v": PROTOCOL_VERSION, **request, "host": target.name, "sim": sim}
+    return {**request, "v": PROTOCOL_VERSION, "host": target.name, "sim": sim}
 
 
 def run_agent(
@@ -44,8 +44,8 @@ def run_agent(
 ) -> list[HostResult]:
     """Run the agent once on every target with the same request; results in target order.
 
-    `request` is the agent request without "host"/"sim" (added per target; "v" defaults to
-    the protocol version). Options as for run_agent_each."""
+    `request` is the agent request without "host"/"sim" (added per target, with "v", the
+    protocol version this workstation speaks). Options as for run_agent_each."""
     return run_agent_each([(target, request) for target in targets], **options)
 
 
@@ -72,7 +72,7 @@ def run_agent_each(
     timeouts = timeouts or Timeouts()
     payload = agent_payload()
     ctx: SshContext | None = None
-    if any(target.transport == "ssh" for target in targets):
+    if any(target.transport == "ssh" and not target.invalid for target in targets):
         from gpupoolctl.remote.ssh import SshContext  # paramiko only when needed
 
         ctx = SshContext.create(
@@ -107,6 +107,8 @@ def _run_one(
     timeouts: Timeouts,
 ) -> HostResult:
     started = time.monotonic()
+    if target.invalid:
+        return HostResult(target.name, FAILED, error=target.invalid, error_type="BadHostVars")
     try:
         stdin_data = encode_stdin(payload, host_request(target, request))
         if target.transport == "local":

@@ -37,6 +37,9 @@ class Target:
     python: str
     transport: str
     sim: SimSpec | None
+    # Set when the host's variables are unusable: that host fails with this reason and the
+    # others carry on (one bad host never stops a run).
+    invalid: str | None = None
 
 
 def _first(variables: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -47,7 +50,15 @@ def _first(variables: dict[str, Any], keys: tuple[str, ...]) -> Any:
 
 
 def target_from_vars(name: str, variables: dict[str, Any]) -> Target:
-    """Build a Target from a host's merged inventory variables."""
+    """Build a Target from a host's merged inventory variables; bad variables make an
+    `invalid` target rather than an error, so that only this host fails."""
+    try:
+        return _target(name, variables)
+    except UsageError as exc:
+        return Target(name, None, None, None, None, "python3", "ssh", None, invalid=str(exc))
+
+
+def _target(name: str, variables: dict[str, Any]) -> Target:
     port = _first(variables, _ALIASES["port"])
     if port is not None:
         try:

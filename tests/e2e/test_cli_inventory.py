@@ -200,3 +200,23 @@ def test_sim_reset_restores_initial_state(cli):
     strip = lambda d: [h["facts"]["gpus"] for h in d["hosts"]]  # noqa: E731
     assert strip(after) == strip(before)
     assert json.loads(state_file.read_text()) == json.loads(original)
+
+
+def test_a_host_with_bad_vars_fails_alone(cli, tmp_path):
+    inventory = tmp_path / "badvars.yaml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "vars": {"transport": "local"},
+                    "hosts": {"good": {"sim": "l40s-4"}, "bad": {"sim": "l40s-4", "port": "ssh"}},
+                }
+            }
+        )
+    )
+    run = cli("-i", str(inventory), "inventory", "-o", "json")
+    assert run.code == 3, run.stderr
+    hosts = {h["name"]: h for h in run.json()["hosts"]}
+    assert hosts["good"]["outcome"] == "ok"
+    assert hosts["bad"]["outcome"] == "failed"
+    assert "port must be a number" in hosts["bad"]["error"]
