@@ -97,8 +97,6 @@ def pool(
     shows every slice. Exit 3 when some nodes could not be read: their last known slices stay.
     """
     from gpupoolctl.cli import pool as hosts_pool
-    from gpupoolctl.ledger import slices_from_facts
-
     settings: Settings = ctx.obj
     ledger = open_ledger(settings)
     failed: list[Any] = []
@@ -108,12 +106,9 @@ def pool(
         results = hosts_pool.fan_out(
             settings, selection.targets(), {"v": 1, "verb": "facts", "args": {}}
         )
-        good = [r for r in results if r.outcome == "ok"]
-        failed = [r for r in results if r.outcome != "ok"]
-        slices = [s for r in good for s in slices_from_facts(r.name, r.data)]
-        if good:
-            done = ledger.refresh_slices([r.name for r in good], slices)
-            _warn_all(done.warnings)
+        failed = [r for r in results if not r.ok]
+        if len(failed) < len(results):
+            _warn_all(ledger.refresh_from_facts(results).warnings)
         shown = {h.name for h in selection.hosts}
     elif settings.limit:
         shown = {h.name for h in hosts_pool.select(settings).hosts}

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpupoolctl.cli import partition_view as view
+from gpupoolctl.cli import pool
 from gpupoolctl.cli.console import error, notice, warn
 from gpupoolctl.cli.partition_fanout import HostFacts, gather, send_each
 from gpupoolctl.cli.render import Column, emit
@@ -262,6 +263,9 @@ def _execute(
 
     hooks = load_hooks(hooks_file) if hooks_file is not None else None
     _errors_exit(plans, settings.verbosity > 0)
+    withheld = [] if force else _keep_held_gpus(settings, plans)
+    for message in withheld:
+        warn(message)
     by_name = {h.name: h for h in hosts}
     changing = [p for p in plans if p.changed]
     down = _unreachable(hosts)
@@ -276,7 +280,8 @@ def _execute(
             args["hooks"] = hooks
         requests.append((by_name[p.host].target, {"v": 1, "verb": "partition", "args": args}))
     results = {r.name: r for r in send_each(settings, requests)}
-    documents, rows, failed = [], [], bool(down)
+    _refresh_ledger_slices(settings, [by_name[name] for name, r in results.items() if r.ok])
+    documents, rows, failed = [], [], bool(down or withheld)
     for p in plans:
         diffs = {g.index: g for g in p.gpus}
         result = results.get(p.host)
@@ -324,6 +329,31 @@ def _execute(
     emit(settings, data={**extra, "hosts": documents}, rows=rows, columns=view.OUTCOME_COLUMNS)
     if failed:
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+def _keep_held_gpus(settings: Settings, plans: list[HostPlan]) -> list[str]:
+    """Drop the changes to GPUs whose slices the ledger says are held; say which."""
+    from gpupoolctl.cli.ledger_cmd import open_ledger
+    from gpupoolctl.partition.guard import held_gpus, keep_held_gpus
+
+    ledger = open_ledger(settings)
+    if not ledger.path.exists():
+        return []
+    view = ledger.read()
+    return keep_held_gpus(plans, held_gpus(view.state, view.now))
+
+
+def _refresh_ledger_slices(settings: Settings, changed: list[HostFacts]) -> None:
+    """After a change, record the hosts' new slices, so that nothing is placed on a slice
+    that is gone (only where a ledger is kept: partitioning does not start one)."""
+    from gpupoolctl.cli.ledger_cmd import open_ledger
+
+    ledger = open_ledger(settings)
+    if not changed or not ledger.path.exists():
+        return
+    results = pool.fan_out(settings, [h.target for h in changed], {"verb": "facts", "args": {}})
+    for message in ledger.refresh_from_facts(results).warnings:
+        warn(message)
 
 
 @app.command("apply")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import getpass
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -322,6 +322,15 @@ class Ledger:
             return True
 
         return self.write(build)
+
+    def refresh_from_facts(self, results: Iterable[Any]) -> Done:
+        """Record the slices of every host whose facts came back (HostResult-like: .name,
+        .ok, .data); hosts that failed keep the slices recorded before."""
+        from gpupoolctl.ledger.slices import slices_from_facts
+
+        good = [r for r in results if r.ok]
+        slices = [s for r in good for s in slices_from_facts(r.name, r.data)]
+        return self.refresh_slices([r.name for r in good], slices)
 
     def alloc(self, request: Request, *, owner: str, ttl: timedelta | None = None) -> Done:
         """Hold the best-fitting free slice(s): one record; NothingFits (exit 5) otherwise."""
