@@ -421,17 +421,27 @@ def reset(
 def assert_(ctx: typer.Context, spec_file: SpecFile, label: Label) -> None:
     """Exit 0 when every selected host holds the label, 4 when not (each mismatch listed),
     3 when some hosts could not be read."""
-    from gpupoolctl.partition import assert_host, load_spec
+    from gpupoolctl.partition import assert_host, load_spec, selected_gpus
 
     settings: Settings = ctx.obj
     spec = load_spec(spec_file)
     spec.config(label)
     _, hosts = gather(settings)
     rows = []
+    selected = 0
     for host in hosts:
         if host.ok:
             mismatches = assert_host(spec, label, host.name, host.host.groups, host.facts)
             rows += [{"host": host.name, "mismatch": m} for m in mismatches]
+            selected += selected_gpus(spec, label, host.name, host.host.groups, host.facts)
+    if selected == 0 and any(h.ok for h in hosts):
+        rows.append(
+            {
+                "host": None,
+                "mismatch": f"{label} selects no GPU on the hosts read: nothing holds "
+                "(check its hosts:, devices: and device-filter:)",
+            }
+        )
     data = {
         "file": str(spec_file),
         "label": label,

@@ -8,7 +8,7 @@ assert_host(spec, "inference", host.name, host.groups, facts)  # [] when the lab
 """
 
 from gpupoolctl.partition import planner
-from gpupoolctl.partition.check import assert_host
+from gpupoolctl.partition.check import assert_host, selected_gpus
 from gpupoolctl.partition.diff import GpuDiff, HostPlan, plan_host, reset_plan
 from gpupoolctl.partition.export import export_config
 from gpupoolctl.partition.layout import PlanError
@@ -31,4 +31,5 @@ __all__ = [
     "planner",
     "profile_rows",
     "reset_plan",
+    "selected_gpus",
 ]

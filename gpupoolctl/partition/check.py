@@ -41,6 +41,15 @@ def assert_host(
     return out
 
 
+def selected_gpus(
+    spec: Spec, label: str, host: str, groups: Sequence[str], facts: Mapping[str, Any]
+) -> int:
+    """How many of the host's GPUs the label selects. An assert over hosts where this is 0
+    everywhere holds vacuously, which is almost always a typo in hosts:/devices:."""
+    selection = lay.select(spec.config(label), host, groups, facts)
+    return len(selection.targets)
+
+
 def _counts_text(counts: Mapping[str, int]) -> str:
     if not counts:
         return "none"

@@ -318,3 +318,14 @@ def test_busy_gpu_is_refused_unless_forced(gp):
     assert run.code == 3
     assert "refused" in run.stdout and "busy: pid 31337 (train)" in run.stdout
     assert layouts(gp, H100)[H100][0][1] == "disabled"
+
+
+def test_assert_of_a_label_that_selects_nothing_does_not_hold(gp):
+    spec = gp.tmp / "typo.yaml"
+    spec.write_text(
+        "version: v1\nmig-configs:\n  typo:\n"
+        "    - devices: all\n      hosts: [h100-typo]\n      mig-enabled: false\n"
+    )
+    run = gp("-l", H100, "partition", "assert", "-f", str(spec), "-c", "typo")
+    assert run.code == 4
+    assert "selects no GPU on the hosts read" in run.stdout
