@@ -7,7 +7,7 @@ one placement implementation; this module keeps the ledger's Request and its mes
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from gpupoolctl.ledger.errors import NothingFits
@@ -51,12 +51,15 @@ def fit_key(entry: dict[str, Any]) -> tuple[Any, ...]:
 def pick(state: State, request: Request, now: str) -> list[dict[str, Any]]:
     """Placement is sched's (one implementation); `alloc` keeps its documented rule, least
     memory then natural id (sched's ALLOC_POLICY), without best-fit's packing tie-breaks."""
-    if request.count < 1:
-        raise ValueError("count must be at least 1")
+    wanted = job_request(request)
+    # Same checks as submit (a mistyped vendor is a usage error, not "nothing fits"), except
+    # that alloc has always taken --profile and --mem together, as two filters.
+    checked = replace(wanted, memory_mib=None) if wanted.profile else wanted
+    checked.validate()
     pool = PoolView.from_state(state, now)
-    result = place(job_request(request), pool, ALLOC_POLICY)
+    result = place(wanted, pool, ALLOC_POLICY)
     if not isinstance(result, Placement):
-        found = sum(1 for _ in pool.free_candidates(job_request(request)))
+        found = sum(1 for _ in pool.free_candidates(wanted))
         raise NothingFits(_why(state, request, now, found))
     return [state.slices[s] for s in result.slices]
 

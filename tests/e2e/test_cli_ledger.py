@@ -182,3 +182,9 @@ def test_ledger_option_beats_environment_and_bad_input_is_usage(cli, tmp_path):
         "gaps": [],
         "quarantine": None,
     }
+
+
+def test_alloc_checks_its_request_like_submit(cli):
+    run = cli("alloc", "--vendor", "nvdia", "--owner", "x")
+    assert run.code == 2
+    assert "unknown vendor 'nvdia'" in run.stderr
