@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from gpupoolctl.jobs import hooks
+from gpupoolctl.jobs.errors import JobError
 from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.jobs.service import KILL_WAIT_S, Jobs, Outcome
 from gpupoolctl.ledger import Transaction
@@ -93,7 +94,11 @@ def _decide(jobs: Jobs, tx: Transaction, entry: QueueEntry, reserved: set[str]) 
     result = jobs.place(tx.state, entry.request, tx.now, policy, reserved)
     if isinstance(result, Placement):
         tx.append("dequeue", {"id": entry.id, "reason": "placed"})
-        return "placed", jobs.record_placed(tx, job, result)
+        try:
+            return "placed", jobs.record_placed(tx, job, result)
+        except JobError as exc:  # e.g. two vendors on one host: it would block the queue
+            tx.append("job", {"id": job["id"], "state": "failed", "error": str(exc)})
+            return "never", str(exc)
     assert isinstance(result, NoFit)
     if result.never:
         tx.append("dequeue", {"id": entry.id, "reason": "can never fit"})

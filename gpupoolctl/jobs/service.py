@@ -159,6 +159,9 @@ class Jobs:
         run = int(job.get("run") or 0) + 1
         alloc_id = f"a-{tx.next_seq}"
         request = dict(job.get("request") or {})
+        # Before anything is appended: a placement that cannot be launched (JobError) must
+        # leave no hold behind when the caller records the job as failed instead.
+        nodes = self.job_nodes(tx.state, slices, job["id"], run)
         tx.append(
             "alloc",
             {
@@ -170,7 +173,6 @@ class Jobs:
                 "request": {**request, "job": job["id"]},
             },
         )
-        nodes = self.job_nodes(tx.state, slices, job["id"], run)
         tx.append(
             "job",
             {

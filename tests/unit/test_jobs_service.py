@@ -187,3 +187,18 @@ def test_aged_waiting_job_keeps_its_slices_but_others_still_backfill(tmp_path: P
     small_l40s = jobs.submit(spec(profile="gpu", model="L40S"))
     assert state_of(jobs, str(small_l40s.job_id))["state"] == "running"
     assert state_of(jobs, str(big.job_id))["state"] == "queued"
+
+
+def test_a_placement_that_cannot_launch_fails_the_job_without_blocking_the_queue(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.jsonl", durable=False)
+    amd = dict(SLICES[1], vendor="amd", model="MI300X")
+    ledger.refresh_slices(["n1"], [SLICES[0], amd])
+    nodes = Nodes([target_from_vars("n1", {"transport": "local"})], FakeNode())
+    jobs = Jobs(ledger, nodes, owner="alice")
+    mixed = jobs.submit(spec(gpus=2, profile="gpu"))  # one NVIDIA + one AMD card on n1
+    job = state_of(jobs, str(mixed.job_id))
+    assert job["state"] == "failed" and "vendor" in job["error"]
+    state = jobs.ledger.read().state
+    assert state.queue == {} and state.holders == {}
+    after = jobs.submit(spec(profile="gpu"))
+    assert state_of(jobs, str(after.job_id))["state"] == "running"
