@@ -14,7 +14,7 @@ ACTIVE = ("queued", "pending", "running")
 
 
 def find(jobs: Jobs, job_id: str) -> dict[str, Any]:
-    state = jobs.ledger.read().state
+    state = jobs.read().state
     job = state.jobs.get(job_id) or state.finished.get(job_id)
     if job is None:
         raise NoSuchJob(f"no job {job_id!r} (see `gpupoolctl jobs --all`)")
@@ -101,7 +101,7 @@ def logs(
 def listing(jobs: Jobs, *, everything: bool = False, recent_s: float = 3600.0) -> list[dict]:
     """Active jobs, and those that ended within `recent_s` (all since the last compaction
     with `everything`), oldest first."""
-    state = jobs.ledger.read().state
+    state = jobs.read().state
     now = time.time()
     chosen = list(state.jobs.values())
     for job in state.finished.values():

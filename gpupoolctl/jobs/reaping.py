@@ -42,7 +42,7 @@ def _statuses(jobs: Jobs, job: dict[str, Any], answers: dict[str, Any]) -> list[
 
 def reap(jobs: Jobs) -> list[dict[str, Any]]:
     """Poll running jobs; record and release the ones that ended. Returns their records."""
-    state = jobs.ledger.read().state
+    state = jobs.read().state
     running = [j for j in state.jobs.values() if j.get("state") == "running"]
     if not running:
         return []
@@ -144,7 +144,7 @@ def _submitter_alive(job: dict[str, Any]) -> bool:
 
 def recover(jobs: Jobs) -> list[dict[str, Any]]:
     """Settle pending jobs whose submitter is gone. Returns what became of them."""
-    state = jobs.ledger.read().state
+    state = jobs.read().state
     stale = [
         j for j in state.jobs.values() if j.get("state") == "pending" and not _submitter_alive(j)
     ]

@@ -40,7 +40,7 @@ def schedule(jobs: Jobs) -> Outcome:
     # jobs may take other slices, never these (the rule of sched.schedule_pass).
     reserved: set[str] = set()
     for _ in range(1000):  # bounded: every round decides one entry or frees slices
-        view = jobs.ledger.read()
+        view = jobs.read()
         now = parse_ts(view.now)
         entries = [QueueEntry.from_record(r) for r in view.state.queue.values()]
         ordered = [e for e in order_queue(entries, now) if e.id not in done_with]
@@ -111,7 +111,7 @@ def _decide(jobs: Jobs, tx: Transaction, entry: QueueEntry, reserved: set[str]) 
 
 
 def _victims(jobs: Jobs, entry: QueueEntry, now: Any) -> list[str] | None:
-    view = jobs.ledger.read()
+    view = jobs.read()
     pool = jobs.pool(view.state, view.now)
     chosen = choose_preemption(entry.request, pool, now)
     if not chosen:

@@ -20,7 +20,7 @@ from gpupoolctl.jobs import hooks
 from gpupoolctl.jobs.errors import JobError, NeverFits
 from gpupoolctl.jobs.nodes import Call, Nodes
 from gpupoolctl.jobs.spec import JobSpec
-from gpupoolctl.ledger import Ledger, State, Transaction
+from gpupoolctl.ledger import Ledger, State, Transaction, View
 from gpupoolctl.ledger.units import parse_ts
 from gpupoolctl.sched import JobRequest, NoFit, Placement, PoolView, place
 
@@ -87,6 +87,14 @@ class Jobs:
             state = dataclasses.replace(state, slices=kept)
         return PoolView.from_state(state, now)
 
+    def read(self) -> View:
+        """The ledger's current view; its warnings (damage, a torn tail) reach the CLI."""
+        view = self.ledger.read()
+        for message in view.warnings:
+            if message not in self.warnings:
+                self.warnings.append(message)
+        return view
+
     def place(
         self,
         state: State,
@@ -107,7 +115,7 @@ class Jobs:
         (without `record`, kept for this run's placement only: a dry run writes nothing)."""
         from gpupoolctl.ledger import slices_from_facts
 
-        state = self.ledger.read().state
+        state = self.read().state
         wanted = self.hosts if self.hosts is not None else set(self.nodes.targets)
         known = {s.get("host") for s in state.slices.values()}
         missing = sorted(h for h in wanted if h not in known)
@@ -229,7 +237,7 @@ class Jobs:
     def plan(self, spec: JobSpec) -> Placement | NoFit:
         """Where it would go now, and why; writes nothing."""
         spec.validate()
-        view = self.ledger.read()
+        view = self.read()
         state = view.state
         if self._unrecorded:
             extra = {s["id"]: s for s in self._unrecorded}
@@ -261,7 +269,7 @@ class Jobs:
         hooks.crash_point("queued")
         outcome = scheduling.schedule(self)
         outcome.job_id = job_id
-        state = self.ledger.read().state
+        state = self.read().state
         job = state.jobs.get(job_id) or state.finished.get(job_id) or {}
         outcome.state = job.get("state")
         outcome.placement = job.get("placement")
