@@ -7,7 +7,6 @@ not be reached (what is known is still shown); 5 the pool could never satisfy th
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -421,6 +420,9 @@ def logs(
             sys.stdout.flush()
         else:
             collected.append(chunk["text"])
+        at_end = offset >= chunk.get("size", offset)
+        if not follow and at_end:
+            break  # read it all: no second round trip to learn there is no more
         if chunk["text"]:
             delay = _FOLLOW_INTERVAL_S[0]
             continue
@@ -430,10 +432,7 @@ def logs(
         delay = min(delay * 1.5, _FOLLOW_INTERVAL_S[1])
     if not as_text:
         data = {"job": job_id, "stream": stream, "text": "".join(collected), "size": offset}
-        if settings.resolved_output() is OutputFormat.json:
-            sys.stdout.write(json.dumps(data, indent=2) + "\n")
-        else:
-            emit(settings, data=data, rows=[data], columns=[Column(k, k) for k in data])
+        emit(settings, data=data, rows=[data], columns=[Column(k, k) for k in data])
     _finish(settings, jobs)
 
 

@@ -61,7 +61,7 @@ def cancel(jobs: Jobs, job_id: str, grace_s: float | None = None) -> dict[str, A
     if marked is None:
         raise JobError(f"{job_id} changed meanwhile; look at `gpupoolctl jobs` and try again")
     scheduling.stop(jobs, [marked], grace_s=grace)
-    reaping.reap(jobs)
+    reaping.reap(jobs, only={job_id})
     job = find(jobs, job_id)
     if job.get("state") in ACTIVE:
         raise JobError(

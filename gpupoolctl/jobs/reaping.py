@@ -40,10 +40,15 @@ def _statuses(jobs: Jobs, job: dict[str, Any], answers: dict[str, Any]) -> list[
     return out
 
 
-def reap(jobs: Jobs) -> list[dict[str, Any]]:
-    """Poll running jobs; record and release the ones that ended. Returns their records."""
+def reap(jobs: Jobs, only: set[str] | None = None) -> list[dict[str, Any]]:
+    """Poll running jobs (all, or the ids in `only`: then only their nodes are asked);
+    record and release the ones that ended. Returns their records."""
     state = jobs.read().state
-    running = [j for j in state.jobs.values() if j.get("state") == "running"]
+    running = [
+        j
+        for j in state.jobs.values()
+        if j.get("state") == "running" and (only is None or j["id"] in only)
+    ]
     if not running:
         return []
     answers = jobs.nodes.poll(_wanted(running))
