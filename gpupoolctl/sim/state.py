@@ -31,9 +31,14 @@ def default_state_dir() -> Path:
 
 
 def _safe_file_name(host: str) -> str:
-    # Host names come from inventories: keep them from escaping the state folder.
-    cleaned = "".join(c if c.isalnum() or c in "-_." else "_" for c in host)
-    return cleaned.lstrip(".") or "_"
+    # Host names come from inventories: keep them from escaping the state folder, and give
+    # a name that had to be changed a short hash, so that "a/b" and "a_b" stay two nodes.
+    cleaned = "".join(c if c.isalnum() or c in "-_." else "_" for c in host).lstrip(".") or "_"
+    if cleaned == host:
+        return cleaned
+    import hashlib
+
+    return f"{cleaned}-{hashlib.sha256(host.encode()).hexdigest()[:8]}"
 
 
 class SimState:
@@ -42,6 +47,7 @@ class SimState:
     def __init__(self, path: Path, data: dict[str, Any]) -> None:
         self.path = path
         self.data = data
+        self._stamp: tuple[int, int, int] | None = None  # identity of the file data came from
 
     @property
     def host(self) -> str:
@@ -63,13 +69,16 @@ class SimState:
     @classmethod
     def load(cls, path: Path) -> SimState:
         with open(path, encoding="utf-8") as handle:
+            stamp = _stamp(os.fstat(handle.fileno()))
             data = json.load(handle)
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
             raise ValueError(f"{path}: not a gpupoolctl sim state file (version {STATE_VERSION})")
         from gpupoolctl.sim.procs import prune_ended_jobs
 
         prune_ended_jobs(data)  # launched jobs that have ended are no longer GPU processes
-        return cls(path, data)
+        state = cls(path, data)
+        state._stamp = stamp
+        return state
 
     @classmethod
     def open(
@@ -102,13 +111,21 @@ class SimState:
         """Reload under the lock, let the caller change the data, then save atomically."""
         with _locked(self.path):
             if self.path.exists():
-                self.data = SimState.load(self.path).data
+                fresh = SimState.load(self.path)
+                self.data, self._stamp = fresh.data, fresh._stamp
             yield self.data
             self._write()
 
     def refresh(self) -> None:
-        if self.path.exists():
-            self.data = SimState.load(self.path).data
+        """Pick up changes other agents saved; one stat when the file is as it was read.
+        The fakes call this on every "live hardware" read, many times per request."""
+        try:
+            stamp = _stamp(os.stat(self.path))
+        except FileNotFoundError:
+            return
+        if stamp != self._stamp:
+            fresh = SimState.load(self.path)
+            self.data, self._stamp = fresh.data, fresh._stamp
 
     def _write(self) -> None:
         import tempfile  # only writers pay for it: most agent runs only read
@@ -122,10 +139,17 @@ class SimState:
                 os.fsync(handle.fileno())
             os.chmod(tmp, 0o600)
             os.replace(tmp, self.path)
+            self._stamp = _stamp(os.stat(self.path))
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise
+
+
+def _stamp(status: os.stat_result) -> tuple[int, int, int]:
+    # Every save is a rename of a new file, so the inode tells saves apart even when two
+    # land within one mtime tick with the same size.
+    return (status.st_ino, status.st_mtime_ns, status.st_size)
 
 
 @contextlib.contextmanager
