@@ -49,11 +49,10 @@ def register(app: typer.Typer) -> None:
 
 
 def _open(settings: Settings) -> Jobs:
-    import getpass
-
     from gpupoolctl.cli import pool
     from gpupoolctl.cli.ledger_cmd import open_ledger
     from gpupoolctl.jobs import Jobs, Nodes
+    from gpupoolctl.ledger import current_user
 
     inventory = pool.load(settings)
     # Every host can be asked about its jobs; --limit only narrows where new work goes.
@@ -64,11 +63,7 @@ def _open(settings: Settings) -> Jobs:
         if not hosts:
             raise UsageError(f"no hosts matched --limit {settings.limit!r}")
     nodes = Nodes(everyone, lambda requests: pool.fan_out_each(settings, requests))
-    try:
-        owner = getpass.getuser()
-    except (KeyError, OSError):
-        owner = str(os.getuid())
-    return Jobs(open_ledger(settings), nodes, owner=owner, hosts=hosts)
+    return Jobs(open_ledger(settings), nodes, owner=current_user(), hosts=hosts)
 
 
 def _finish(settings: Settings, jobs: Jobs) -> None:

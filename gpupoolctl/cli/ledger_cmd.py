@@ -249,9 +249,7 @@ def alloc(
     Best fit: of the free slices that match, the ones with the least memory (then by id),
     so small requests never take big cards. Exit 5 when nothing fits.
     """
-    import getpass
-
-    from gpupoolctl.ledger import Request
+    from gpupoolctl.ledger import Request, current_user
     from gpupoolctl.ledger.units import parse_duration, parse_memory_mib
 
     settings: Settings = ctx.obj
@@ -263,7 +261,7 @@ def alloc(
         vendor=vendor,
     )
     life: timedelta | None = parse_duration(ttl) if ttl else None
-    who = owner or _user(getpass)
+    who = owner or current_user()
     if not who.strip():
         raise UsageError("--owner must not be empty")
     done = open_ledger(settings).alloc(request, owner=who, ttl=life)
@@ -280,13 +278,6 @@ def alloc(
     row = {**data, "slices": " ".join(held.slices)}
     columns = [Column(k, k) for k in ("id", "owner", "slices", "created", "expires", "seq")]
     emit(settings, data=data, rows=[row], columns=columns)
-
-
-def _user(getpass: Any) -> str:
-    try:
-        return str(getpass.getuser())
-    except (KeyError, OSError):
-        return str(os.getuid())
 
 
 def release(

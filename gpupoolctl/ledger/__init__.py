@@ -15,7 +15,14 @@ Nothing here prints: results and warnings are returned, problems raised as typed
 from gpupoolctl.ledger.errors import LedgerDamaged, LedgerError, NothingFits
 from gpupoolctl.ledger.fit import Request
 from gpupoolctl.ledger.history import History
-from gpupoolctl.ledger.ledger import Done, Ledger, Transaction, View, default_actor
+from gpupoolctl.ledger.ledger import (
+    Done,
+    Ledger,
+    Transaction,
+    View,
+    current_user,
+    default_actor,
+)
 from gpupoolctl.ledger.paths import LedgerPaths, default_path
 from gpupoolctl.ledger.repair import RepairResult
 from gpupoolctl.ledger.slices import slices_from_facts
@@ -40,6 +47,7 @@ __all__ = [
     "State",
     "Transaction",
     "View",
+    "current_user",
     "default_actor",
     "default_path",
     "slices_from_facts",

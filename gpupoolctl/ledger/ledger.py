@@ -33,12 +33,16 @@ from gpupoolctl.ledger.verify import Problem, Report, check
 from gpupoolctl.redact import looks_secret
 
 
-def default_actor() -> str:
+def current_user() -> str:
+    """The login name, or the uid where there is no passwd entry (containers)."""
     try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (containers)
-        user = str(os.getuid())
-    return f"{user}@{socket.gethostname()}"
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def default_actor() -> str:
+    return f"{current_user()}@{socket.gethostname()}"
 
 
 def check_no_secrets(value: Any, where: str = "data") -> None:
