@@ -11,7 +11,6 @@ without "job" (put there by tests with sim_add_process) are never pruned. Stdlib
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from gpupoolctl.sim.state import SimState
@@ -84,16 +83,6 @@ def prune_ended_jobs(data: dict[str, Any]) -> None:
 
 
 def _alive(pid: Any) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError, TypeError, OverflowError):
-        return isinstance(pid, int)
-    try:
-        with open(f"/proc/{int(pid)}/stat", encoding="ascii", errors="replace") as handle:
-            text = handle.read()
-    except OSError:
-        return True
-    fields = text[text.rfind(")") + 2 :].split()
-    return not (fields and fields[0] in ("Z", "X"))  # a zombie has ended
+    from gpupoolctl.agent.jobs.paths import alive  # the agent's own liveness rule
+
+    return alive(pid) if isinstance(pid, int) else False

@@ -63,15 +63,20 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def proc_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), to tell a reused pid."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat after the command name (which may hold spaces), or None."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
             text = handle.read()
     except OSError:
         return None
-    fields = text[text.rfind(")") + 2 :].split()
-    return fields[19] if len(fields) > 19 else None
+    return text[text.rfind(")") + 2 :].split()
+
+
+def proc_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused pid."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
 
 
 def alive(pid: int, started: str | None = None) -> bool:
@@ -84,12 +89,9 @@ def alive(pid: int, started: str | None = None) -> bool:
         return False
     except PermissionError:
         pass  # someone else's process holds the pid: alive, though maybe not ours
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            text = handle.read()
-    except OSError:
+    fields = _stat_fields(pid)
+    if fields is None:
         return True  # no /proc (not Linux): kill(0) is all we can know
-    fields = text[text.rfind(")") + 2 :].split()
     if fields and fields[0] in ("Z", "X"):
         return False
     return not (started and len(fields) > 19 and fields[19] != started)
