@@ -22,7 +22,8 @@ from gpupoolctl.cli.settings import OutputFormat, Settings
 from gpupoolctl.errors import ExitCode
 
 if TYPE_CHECKING:
-    from gpupoolctl.partition import HostPlan
+    from gpupoolctl.partition import HostPlan, Spec
+    from gpupoolctl.partition.hooks import Hooks
 
 app = typer.Typer(
     help="Partition GPUs: MIG, AMD compute/memory partitions, SR-IOV (mig-parted v1 files).",
@@ -57,19 +58,29 @@ def _host_entry(host: HostFacts) -> dict[str, Any]:
     return {"name": host.name, "outcome": host.result.outcome, "error": host.result.error}
 
 
-def _plans(spec_file: Path, label: str, hosts: list[HostFacts]) -> tuple[Any, list[HostPlan]]:
-    from gpupoolctl.partition import load_spec, plan_host
+def _plans(spec: Spec, label: str, hosts: list[HostFacts]) -> list[HostPlan]:
+    from gpupoolctl.partition import plan_host
 
-    spec = load_spec(spec_file)
-    spec.config(label)  # an unknown label is an error before any host is asked
-    return spec, [plan_host(spec, label, h.name, h.host.groups, h.facts) for h in hosts if h.ok]
+    return [plan_host(spec, label, h.name, h.host.groups, h.facts) for h in hosts if h.ok]
 
 
-def _load_spec_first(spec_file: Path, label: str) -> None:
-    """Read the file before contacting any host: a typo costs nothing."""
+def _load_spec_first(spec_file: Path, label: str) -> Spec:
+    """Read the file (once) before contacting any host: a typo costs nothing, and an unknown
+    label is an error before any host is asked."""
     from gpupoolctl.partition import load_spec
 
-    load_spec(spec_file).config(label)
+    spec = load_spec(spec_file)
+    spec.config(label)
+    return spec
+
+
+def _load_hooks_first(hooks_file: Path | None) -> Hooks | None:
+    """Read the hooks file (once) before contacting any host."""
+    if hooks_file is None:
+        return None
+    from gpupoolctl.partition.hooks import load_hooks
+
+    return load_hooks(hooks_file)
 
 
 # --- profiles / show ----------------------------------------------------------------------
@@ -100,10 +111,10 @@ def profiles(
             columns=view.PROFILE_COLUMNS,
         )
         return
-    from gpupoolctl.cli.partition_profiles import compare
+    from gpupoolctl.partition.profiles import compare_with_catalog
 
     _, hosts = gather(settings)
-    rows, differences = compare(hosts, model)
+    rows, differences = compare_with_catalog(hosts, model)
     data = {
         "source": "driver",
         "hosts": [_host_entry(h) for h in hosts],
@@ -215,9 +226,9 @@ def plan(ctx: typer.Context, spec_file: SpecFile, label: Label) -> None:
     (file:line and the valid choices on stderr), 3 when some hosts could not be read.
     """
     settings: Settings = ctx.obj
-    _load_spec_first(spec_file, label)
+    spec = _load_spec_first(spec_file, label)
     _, hosts = gather(settings)
-    _, plans = _plans(spec_file, label, hosts)
+    plans = _plans(spec, label, hosts)
     failed = any(p.errors for p in plans)
     if not failed or settings.resolved_output() is not OutputFormat.table:
         _emit_plans(settings, plans, hosts, {"file": str(spec_file), "label": label})
@@ -255,13 +266,12 @@ def _execute(
     *,
     yes: bool,
     force: bool,
-    hooks_file: Path | None,
+    hooks: Hooks | None,
     extra: dict[str, Any],
 ) -> None:
     """Confirm, send each changing host its plans, print the outcome per GPU, exit."""
-    from gpupoolctl.cli.partition_hooks import load_hooks
+    from gpupoolctl.partition.outcome import merge_outcomes
 
-    hooks = load_hooks(hooks_file) if hooks_file is not None else None
     _errors_exit(plans, settings.verbosity > 0)
     withheld = [] if force else _keep_held_gpus(settings, plans)
     for message in withheld:
@@ -281,53 +291,20 @@ def _execute(
         requests.append((by_name[p.host].target, {"v": 1, "verb": "partition", "args": args}))
     results = {r.name: r for r in send_each(settings, requests)}
     _refresh_ledger_slices(settings, [by_name[name] for name, r in results.items() if r.ok])
-    documents, rows, failed = [], [], bool(down or withheld)
-    for p in plans:
-        diffs = {g.index: g for g in p.gpus}
-        result = results.get(p.host)
-        answer = result.data if result is not None and result.ok else {}
-        entry: dict[str, Any] = {
-            "name": p.host,
-            "changed": p.changed,
-            "outcome": result.outcome if result is not None else "unchanged",
-            "error": result.error if result is not None else None,
-            "gpus": [],
-            "hooks": answer.get("hooks", []),
-            "stopped_by": answer.get("stopped_by"),
-            "warnings": answer.get("warnings", []),
-        }
-        if result is not None and not result.ok:
-            failed = True
-            warn(f"{p.host}: {result.outcome}: {result.error}")
-        for outcome in answer.get("gpus", []):
-            diff = diffs.get(outcome["index"])
-            model = diff.model if diff is not None else None
-            entry["gpus"].append(
-                {**outcome, "model": model, "ops": len(diff.ops) if diff is not None else None}
-            )
-            failed = failed or not outcome["ok"]
-            rows.append(
-                {
-                    "host": p.host,
-                    "gpu": outcome["index"],
-                    "model": model,
-                    "result": view.result_word(outcome),
-                    "applied": f"{outcome['applied']}/{len(diff.ops) if diff else '?'}",
-                    "error": "; ".join(
-                        x for x in (outcome["error"], outcome["rollback_error"]) if x
-                    )
-                    or None,
-                }
-            )
+    merged = merge_outcomes(plans, results)
+    failed_requests = set(merged.failed_requests)
+    for entry in merged.hosts:
+        if entry["name"] in failed_requests:
+            warn(f"{entry['name']}: {entry['outcome']}: {entry['error']}")
         for hook in entry["hooks"]:
             if not hook["ok"]:
-                warn(f"{p.host}: hook {hook['hook']} {hook['argv'][0]}: {hook['error']}")
+                warn(f"{entry['name']}: hook {hook['hook']} {hook['argv'][0]}: {hook['error']}")
         for message in entry["warnings"]:
-            warn(f"{p.host}: {message}")
-        documents.append(entry)
-    documents += [_host_entry(h) | {"changed": None, "gpus": []} for h in down]
+            warn(f"{entry['name']}: {message}")
+    rows = view.outcome_rows(merged.hosts)
+    documents = merged.hosts + [_host_entry(h) | {"changed": None, "gpus": []} for h in down]
     emit(settings, data={**extra, "hosts": documents}, rows=rows, columns=view.OUTCOME_COLUMNS)
-    if failed:
+    if merged.failed or down or withheld:
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
 
 
@@ -374,20 +351,17 @@ def apply(
     """
     settings: Settings = ctx.obj
     _require_consent(yes)
-    _load_spec_first(spec_file, label)
-    if hooks_file is not None:
-        from gpupoolctl.cli.partition_hooks import load_hooks
-
-        load_hooks(hooks_file)  # before any host is contacted
+    spec = _load_spec_first(spec_file, label)
+    hooks = _load_hooks_first(hooks_file)
     _, hosts = gather(settings)
-    _, plans = _plans(spec_file, label, hosts)
+    plans = _plans(spec, label, hosts)
     _execute(
         settings,
         hosts,
         plans,
         yes=yes,
         force=force,
-        hooks_file=hooks_file,
+        hooks=hooks,
         extra={"file": str(spec_file), "label": label},
     )
 
@@ -401,6 +375,7 @@ def reset(
 
     settings: Settings = ctx.obj
     _require_consent(yes)
+    hooks = _load_hooks_first(hooks_file)
     _, hosts = gather(settings)
     plans = [reset_plan(h.name, h.facts) for h in hosts if h.ok]
     _execute(
@@ -409,7 +384,7 @@ def reset(
         plans,
         yes=yes,
         force=force,
-        hooks_file=hooks_file,
+        hooks=hooks,
         extra={"label": "reset"},
     )
 

@@ -117,6 +117,22 @@ def result_word(outcome: dict[str, Any]) -> str:
     return "refused"
 
 
+def outcome_rows(hosts: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per GPU of the outcome documents (gpupoolctl.partition.outcome)."""
+    return [
+        {
+            "host": host["name"],
+            "gpu": gpu["index"],
+            "model": gpu["model"],
+            "result": result_word(gpu),
+            "applied": f"{gpu['applied']}/{gpu['ops'] if gpu['ops'] is not None else '?'}",
+            "error": "; ".join(x for x in (gpu["error"], gpu["rollback_error"]) if x) or None,
+        }
+        for host in hosts
+        for gpu in host["gpus"]
+    ]
+
+
 def instances_text(gpu: dict[str, Any]) -> str | None:
     mig = gpu.get("mig") or {}
     parts = []

@@ -4,12 +4,18 @@ A name is `[<c>c.]<g>g.<gb>gb[+attr[,attr]|-attr[,attr]]`: "1g.10gb", "1c.3g.40g
 instance of 1 slice inside a 3g.40gb GPU instance), "1g.5gb+me", "1g.24gb+me.all",
 "1g.24gb-me". The parse rules follow go-nvlib's parseMigProfile, which mig-parted uses: both
 '+' and '-' attributes together are refused; attributes are alphanumeric (dots inside allowed).
+
+compare_with_catalog() sets the MIG profile tables the nodes' drivers report (facts:
+gpus[].mig.profiles) against the catalog. On real hardware the driver's table is the truth:
+profile ids, sizes and placements vary by device and driver version, so every difference is
+returned, one line each, for the catalog to be corrected and plans made from it trusted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from gpupoolctl.errors import UsageError
 from gpupoolctl.hw import amd_modes, catalog
@@ -198,3 +204,138 @@ def _amd_rows(product: amd_modes.AmdProduct) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+# --- the drivers' tables against the catalog ------------------------------------------------
+
+
+class HostTables(Protocol):
+    """What compare_with_catalog reads of a host: its name, whether its facts came back, and
+    the facts."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def facts(self) -> dict[str, Any]: ...
+
+
+# facts field -> (catalog attribute, label)
+_DRIVER_FIELDS = (
+    ("name", "name", "name"),
+    ("slices", "compute_slices", "compute slices"),
+    ("memory_mib", "memory_mib", "memory MiB"),
+    ("sm_count", "sm_count", "SMs"),
+    ("max_instances", "max_instances", "max instances"),
+    ("placements", "placement_starts", "placement starts"),
+    ("size", "placement_size", "placement size"),
+)
+
+
+def _driver_placements(starts: Sequence[int], size: int | None) -> str:
+    return f"{{{','.join(str(s) for s in starts)}}}:{size if size is not None else '?'}"
+
+
+def _driver_groups(host: HostTables) -> dict[str, list[dict[str, Any]]]:
+    """MIG-capable GPUs with a driver table, by PCI device id (same model, same table)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for gpu in host.facts.get("gpus") or []:
+        if (gpu.get("mig") or {}).get("profiles"):
+            out.setdefault(str(gpu.get("pci_device_id") or gpu.get("model")), []).append(gpu)
+    return out
+
+
+def _model_matches(
+    model: catalog.NvidiaModel | None, gpu: dict[str, Any], wanted: str | None
+) -> bool:
+    if wanted is None:
+        return True
+    names = [str(gpu.get("model") or ""), str(gpu.get("pci_device_id") or "")]
+    if model is not None:
+        names += [model.key, *model.names, *model.pci_device_ids]
+    return wanted.strip().lower() in (n.lower() for n in names)
+
+
+def compare_with_catalog(
+    hosts: Sequence[HostTables], wanted_model: str | None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows of every node's driver table, and the differences from the catalog (one line
+    each). Hosts whose facts did not come back are skipped."""
+    rows: list[dict[str, Any]] = []
+    differences: list[str] = []
+    for host in hosts:
+        if not host.ok:
+            continue
+        for gpus in _driver_groups(host).values():
+            first = gpus[0]
+            model = catalog.find_nvidia_model(
+                first.get("pci_device_id") or None, first.get("model")
+            )
+            if not _model_matches(model, first, wanted_model):
+                continue
+            label = model.key if model is not None else str(first.get("model"))
+            indexes = ",".join(str(g["index"]) for g in gpus)
+            where = f"{host.name} GPU {indexes} ({label})"
+            profiles = first["mig"]["profiles"]
+            total = max((p["slices"] for p in profiles), default=0)
+            slots = max(
+                (max(p["placements"], default=0) + (p["size"] or 0) for p in profiles), default=0
+            )
+            for p in profiles:
+                rows.append(
+                    {
+                        "host": host.name,
+                        "gpus": indexes,
+                        "model": label,
+                        "profile": p["name"],
+                        "id": p["id"],
+                        "slices": f"{p['slices']}/{total}",
+                        "memory_slots": f"{p['size']}/{slots}" if p["size"] else None,
+                        "memory_mib": p["memory_mib"],
+                        "sms": p["sm_count"],
+                        "max_instances": p["max_instances"],
+                        "placements": _driver_placements(p["placements"], p["size"]),
+                        "name_source": p.get("name_source"),
+                    }
+                )
+            differences += catalog_differences(where, model, profiles)
+    return rows, differences
+
+
+def catalog_differences(
+    where: str, model: catalog.NvidiaModel | None, profiles: list[dict[str, Any]]
+) -> list[str]:
+    """How one driver table (facts: gpus[].mig.profiles) differs from `model`'s catalog
+    entry, each line starting with `where`."""
+    if model is None or model.mig is None:
+        return [f"{where}: not in the catalog as a MIG GPU; the driver's table is all there is"]
+    out = []
+    seen: set[int] = set()
+    for p in profiles:
+        known = model.mig.by_id(int(p["id"]))
+        label = f"{p['name'] or '?'} (id {p['id']})"
+        if known is None:
+            out.append(f"{where}: driver offers {label}, which the catalog does not list")
+            continue
+        seen.add(known.id)
+        for field, attribute, text in _DRIVER_FIELDS:
+            if field == "name" and p.get("name_source") != "driver":
+                continue  # a name filled in from the catalog cannot differ from it
+            driver_value = p[field]
+            catalog_value = getattr(known, attribute)
+            if field == "placements":
+                catalog_value = list(catalog_value)
+            if driver_value != catalog_value:
+                out.append(
+                    f"{where}: {label}: {text} is {driver_value} on the driver, "
+                    f"{catalog_value} in the catalog"
+                )
+    for known in model.mig.profiles:
+        if known.id not in seen:
+            out.append(
+                f"{where}: catalog lists {known.name} (id {known.id}), the driver does not offer it"
+            )
+    return out

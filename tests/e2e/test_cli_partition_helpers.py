@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from gpupoolctl.cli.partition_fanout import HostFacts
-from gpupoolctl.cli.partition_hooks import load_hooks
-from gpupoolctl.cli.partition_profiles import compare
 from gpupoolctl.errors import SourceError
 from gpupoolctl.hw import catalog
 from gpupoolctl.inventory.model import Host
+from gpupoolctl.partition.hooks import load_hooks
+from gpupoolctl.partition.profiles import compare_with_catalog as compare
 from gpupoolctl.remote.results import HostResult
 from gpupoolctl.remote.target import target_from_vars
 

@@ -1,4 +1,5 @@
-"""`partition apply --hooks FILE`: commands run on each node around the apply.
+"""Hooks files for `partition apply/reset --hooks FILE`: commands run on each node around the
+apply.
 
 Two spellings are accepted:
 
@@ -15,29 +16,40 @@ Two spellings are accepted:
     apply-exit:
       - [/bin/systemctl, start, kubelet]
 
-Hooks: apply-start, pre-apply-mode, pre-apply-config, apply-exit. The agent runs each argv
-without a shell, so `envs` and `workdir` become an `env [-C dir] K=V ... command args` prefix
-(GNU env; `-C` needs coreutils 8.28 or later).
+Hooks: apply-start, pre-apply-mode, pre-apply-config, apply-exit (the agent's own list). The
+agent runs each argv without a shell, so `envs` and `workdir` become an
+`env [-C dir] K=V ... command args` prefix (GNU env; `-C` needs coreutils 8.28 or later).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
+from gpupoolctl.agent.partition.request import HOOK_NAMES
 from gpupoolctl.errors import SourceError
 
-HOOK_NAMES = ("apply-start", "pre-apply-mode", "pre-apply-config", "apply-exit")
+Hooks = dict[str, list[list[str]]]
+
+__all__ = ["HOOK_NAMES", "Hooks", "load_hooks", "parse_hooks"]
 
 
-def load_hooks(path: Path) -> dict[str, list[list[str]]]:
-    import yaml
-
+def load_hooks(path: str | os.PathLike[str]) -> Hooks:
+    """The hooks file at `path` as argv lists per hook name; SourceError naming the file."""
     where = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise SourceError(where, None, f"cannot read hooks file: {exc.strerror or exc}") from None
+    return parse_hooks(text, where)
+
+
+def parse_hooks(text: str, source: str = "<stdin>") -> Hooks:
+    """A hooks document (mig-parted hooks v1, or argv lists per hook) as argv lists."""
+    import yaml
+
+    where = source
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -51,7 +63,7 @@ def load_hooks(path: Path) -> dict[str, list[list[str]]]:
         document = document["hooks"]
     if not isinstance(document, dict):
         raise SourceError(where, None, "expected a map of hook names to lists of commands")
-    hooks: dict[str, list[list[str]]] = {}
+    hooks: Hooks = {}
     for name, commands in document.items():
         if name not in HOOK_NAMES:
             raise SourceError(where, None, f"unknown hook {name!r}; valid: {', '.join(HOOK_NAMES)}")
