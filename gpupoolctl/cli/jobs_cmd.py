@@ -36,7 +36,6 @@ JOB_CSV_COLUMNS = tuple(
     Column(k, k)
     for k in ("id", "name", "state", "owner", "host", "slice", "age_s", "exit_code", "priority")
 )
-_FOLLOW_INTERVAL_S = (0.1, 1.0)  # first and longest wait between polls while following
 
 
 def register(app: typer.Typer) -> None:
@@ -268,77 +267,30 @@ def _render_plan(settings: Settings, result: Any) -> None:
 
 def _follow(settings: Settings, jobs: Jobs, job_id: str) -> int:
     """Stream the job's stdout until it ends (running the queue while it waits)."""
-    from gpupoolctl.jobs import JobError, reaping, scheduling
-    from gpupoolctl.jobs.control import find, logs
+    from gpupoolctl.jobs.control import Ended, FollowWarning, follow
 
-    offset = 0
-    delay = _FOLLOW_INTERVAL_S[0]
     show = settings.resolved_output() is OutputFormat.table
-    while True:
-        job = find(jobs, job_id)
-        state = job.get("state")
-        if state == "running" and show:
-            try:
-                chunk = logs(jobs, job_id, offset=offset)
-            except JobError as exc:
-                warn(str(exc))
-                chunk = {"text": "", "next_offset": offset, "state": "running"}
-            sys.stdout.write(chunk["text"])
-            sys.stdout.flush()
-            offset = chunk["next_offset"]
-            if chunk["text"]:
-                delay = _FOLLOW_INTERVAL_S[0]
-                continue
-            if chunk["state"] != "running":
-                reaping.reap(jobs)
-                continue
-        elif state == "running":
-            reaping.reap(jobs)
-        elif state in ("queued", "pending"):
-            reaping.recover(jobs)
-            scheduling.schedule(jobs)
+    for event in follow(jobs, job_id, output=show):
+        if isinstance(event, FollowWarning):
+            warn(event.message)
+        elif isinstance(event, Ended):
+            job, code = event.job, event.exit_code
         else:
-            break
-        time.sleep(delay)
-        delay = min(delay * 1.5, _FOLLOW_INTERVAL_S[1])
-    for message in jobs.warnings:
-        warn(message)
-    if show and job.get("nodes"):
-        try:  # what it wrote after our last read
-            while True:
-                chunk = logs(jobs, job_id, offset=offset)
-                if not chunk["text"]:
-                    break
-                sys.stdout.write(chunk["text"])
-                offset = chunk["next_offset"]
-        except JobError:
-            pass
-        sys.stdout.flush()
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
     if not show:
         data = _rows([job])[0]
         emit(settings, data=data, rows=[data], columns=JOB_COLUMNS, csv_columns=JOB_CSV_COLUMNS)
     reason = job.get("error") or job.get("reason")
     notice(
-        f"{job_id}: {state}, exit code {job.get('exit_code')}" + (f" ({reason})" if reason else ""),
+        f"{job_id}: {job.get('state')}, exit code {job.get('exit_code')}"
+        + (f" ({reason})" if reason else ""),
         quiet=settings.quiet,
     )
-    code = job.get("exit_code")
-    if state == "done":
-        return 0
-    if isinstance(code, int) and code & 0xFF:
-        return code & 0xFF  # the job's own status (128+N when a signal ended it)
-    return int(ExitCode.ERROR)
+    return code
 
 
 # -- jobs / schedule ------------------------------------------------------------------------
-
-
-def _refresh(jobs: Jobs) -> Any:
-    from gpupoolctl.jobs import reaping, scheduling
-
-    reaping.recover(jobs)
-    reaping.reap(jobs)
-    return scheduling.schedule(jobs)
 
 
 def jobs_list(
@@ -354,12 +306,12 @@ def jobs_list(
     """Jobs: id, name, state, node, slice, age, exit code. Polls running jobs on their
     nodes first (one fan-out), records the ones that ended and releases their slices, then
     runs a schedule pass. Exit 3 when some node could not be asked."""
-    from gpupoolctl.jobs.control import listing
+    from gpupoolctl.jobs.control import listing, refresh
 
     settings: Settings = ctx.obj
     jobs = _open(settings)
     if not no_refresh:
-        _refresh(jobs)
+        refresh(jobs)
     records = listing(jobs, everything=everything)
     rows = _rows(records)
     emit(settings, data=rows, rows=rows, columns=JOB_COLUMNS, csv_columns=JOB_CSV_COLUMNS)
@@ -371,9 +323,11 @@ def jobs_list(
 def schedule(ctx: typer.Context) -> None:
     """One pass over the queue: settle, reap, then start what fits (preempting when a
     higher priority may). Cron-friendly; submit and jobs run it too."""
+    from gpupoolctl.jobs.control import refresh
+
     settings: Settings = ctx.obj
     jobs = _open(settings)
-    outcome = _refresh(jobs)
+    outcome = refresh(jobs)
     rows = [
         {**e, "victims": e.get("victims"), "detail": e.get("reason") or e.get("error")}
         for e in outcome.events
@@ -398,13 +352,14 @@ def logs(
     ] = None,
 ) -> None:
     """A job's output, read from its folder on its node."""
+    from gpupoolctl.jobs.control import FOLLOW_INTERVAL_S
     from gpupoolctl.jobs.control import logs as read_logs
 
     settings: Settings = ctx.obj
     jobs = _open(settings)
     stream = "stderr" if stderr else "stdout"
     offset = 0
-    delay = _FOLLOW_INTERVAL_S[0]
+    delay = FOLLOW_INTERVAL_S[0]
     collected: list[str] = []
     as_text = settings.resolved_output() is OutputFormat.table
     while True:
@@ -419,12 +374,12 @@ def logs(
         if not follow and at_end:
             break  # read it all: no second round trip to learn there is no more
         if chunk["text"]:
-            delay = _FOLLOW_INTERVAL_S[0]
+            delay = FOLLOW_INTERVAL_S[0]
             continue
         if not follow or chunk["state"] != "running":
             break
         time.sleep(delay)
-        delay = min(delay * 1.5, _FOLLOW_INTERVAL_S[1])
+        delay = min(delay * 1.5, FOLLOW_INTERVAL_S[1])
     if not as_text:
         data = {"job": job_id, "stream": stream, "text": "".join(collected), "size": offset}
         emit(settings, data=data, rows=[data], columns=[Column(k, k) for k in data])

@@ -6,7 +6,6 @@ Parse, call gpupoolctl.ledger, render. Warnings the library returns go to stderr
 from __future__ import annotations
 
 import json
-import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,9 +17,7 @@ from gpupoolctl.cli.settings import OutputFormat, Settings
 from gpupoolctl.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
-    from gpupoolctl.ledger import Allocation, Ledger, State
-
-NO_FSYNC_ENV = "GPUPOOL_LEDGER_NO_FSYNC"
+    from gpupoolctl.ledger import Allocation, Ledger
 
 ledger_app = typer.Typer(
     help="The allocation ledger: history, checks, compaction, repair.", no_args_is_help=True
@@ -38,8 +35,7 @@ def register(app: typer.Typer) -> None:
 def open_ledger(settings: Settings) -> Ledger:
     from gpupoolctl.ledger import Ledger
 
-    durable = os.environ.get(NO_FSYNC_ENV, "").strip().lower() not in {"1", "true", "yes"}
-    return Ledger(settings.ledger, durable=durable)
+    return Ledger.from_env(settings.ledger)
 
 
 def _warn_all(messages: list[str]) -> None:
@@ -97,6 +93,8 @@ def pool(
     shows every slice. Exit 3 when some nodes could not be read: their last known slices stay.
     """
     from gpupoolctl.cli import pool as hosts_pool
+    from gpupoolctl.ledger import pool_report
+
     settings: Settings = ctx.obj
     ledger = open_ledger(settings)
     failed: list[Any] = []
@@ -114,8 +112,8 @@ def pool(
         shown = {h.name for h in hosts_pool.select(settings).hosts}
     view = ledger.read()
     _warn_all(view.warnings)
-    rows = _slice_rows(view.state, view.now, shown)
-    data = _pool_document(ledger, view.state, view.now, rows)
+    data = {"ledger": str(ledger.path), **pool_report(view.state, view.now, shown)}
+    rows = [_slice_row(s) for n in data["nodes"] for s in n["slices"]]
     emit(settings, data=data, rows=rows, columns=SLICE_COLUMNS, csv_columns=SLICE_CSV_COLUMNS)
     if settings.resolved_output() is OutputFormat.table and data["nodes"]:
         from gpupoolctl.cli.render import table
@@ -144,63 +142,14 @@ def pool(
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
 
 
-def _slice_rows(state: State, now: str, shown: set[str] | None) -> list[dict[str, Any]]:
-    from gpupoolctl.ledger.fit import fit_key
-
-    rows = []
-    by_host: dict[str, list[dict[str, Any]]] = {}
-    for entry in state.slices.values():
-        if shown is None or entry["host"] in shown:
-            by_host.setdefault(entry["host"], []).append(entry)
-    for host in by_host:
-        for entry in sorted(by_host[host], key=lambda s: fit_key({**s, "memory_mib": 0})):
-            holder = state.holder(entry["id"], now)
-            rows.append(
-                {
-                    "host": host,
-                    "slice": entry["id"],
-                    "kind": entry.get("kind"),
-                    "profile": entry.get("profile"),
-                    "memory": _gib(entry.get("memory_mib")),
-                    "memory_mib": entry.get("memory_mib"),
-                    "state": "held" if holder else "free",
-                    "owner": holder.owner if holder else None,
-                    "alloc": holder.id if holder else None,
-                    "expires": holder.expires if holder else None,
-                    "uuid": entry.get("uuid"),
-                }
-            )
-    return rows
-
-
-def _pool_document(
-    ledger: Ledger, state: State, now: str, rows: list[dict[str, Any]]
-) -> dict[str, Any]:
-    nodes: dict[str, dict[str, Any]] = {}
-    for row in rows:
-        node = nodes.setdefault(
-            row["host"], {"host": row["host"], "total": 0, "free": 0, "held": 0, "slices": []}
-        )
-        node["total"] += 1
-        node[row["state"]] += 1
-        node["slices"].append({k: v for k, v in row.items() if k != "memory"})
-    orphans = [
-        {
-            "alloc": alloc.id,
-            "owner": alloc.owner,
-            "slice": slice_id,
-            "message": f"{alloc.id} ({alloc.owner}) holds {slice_id}, which no longer exists "
-            "(partition changed?); release it",
-        }
-        for alloc, slice_id in state.orphans()
-    ]
-    return {
-        "ledger": str(ledger.path),
-        "seq": state.seq,
-        "now": now,
-        "nodes": list(nodes.values()),
-        "orphans": orphans,
-    }
+def _slice_row(entry: dict[str, Any]) -> dict[str, Any]:
+    """A slice of pool_report as a table row: its memory in GiB next to the MiB."""
+    row: dict[str, Any] = {}
+    for key, value in entry.items():
+        if key == "memory_mib":
+            row["memory"] = _gib(value)
+        row[key] = value
+    return row
 
 
 # -- alloc / release ------------------------------------------------------------------------
@@ -309,20 +258,6 @@ SHOW_COLUMNS = (
 SHOW_CSV_COLUMNS = tuple(Column(k, k) for k in ("seq", "ts", "actor", "op", "batch", "data"))
 
 
-def _since(text: str | None) -> tuple[int | None, str | None]:
-    """A seq (123), a duration back from now (2h), or a time (2025-06-01T12:00Z)."""
-    from gpupoolctl.ledger.units import format_ts, parse_duration, parse_ts, utc_now
-
-    if text is None:
-        return None, None
-    text = text.strip()
-    if text.isdigit():
-        return int(text), None
-    if text[-1:].lower() in "smhdw" and text[:1].isdigit() and "-" not in text:
-        return None, format_ts(utc_now() - parse_duration(text))
-    return None, format_ts(parse_ts(text))
-
-
 def _detail(record: dict[str, Any]) -> str:
     data = record["data"]
     op = record["op"]
@@ -365,8 +300,10 @@ def show(
 
     Without --all or --since, only the records since the last compaction.
     """
+    from gpupoolctl.ledger.units import parse_since
+
     settings: Settings = ctx.obj
-    since_seq, since_ts = _since(since)
+    since_seq, since_ts = parse_since(since)
     ledger = open_ledger(settings)
     found = ledger.history(
         since_seq=since_seq, since_ts=since_ts, ops=set(op) if op else None, everything=everything

@@ -1,16 +1,20 @@
-"""cancel, logs and the job list."""
+"""cancel, logs, the job list, refresh (settle, reap, schedule) and following a job."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from gpupoolctl.errors import ExitCode
 from gpupoolctl.jobs import reaping, scheduling
 from gpupoolctl.jobs.errors import JobError, NoSuchJob
-from gpupoolctl.jobs.service import Jobs, age_s
+from gpupoolctl.jobs.service import Jobs, Outcome, age_s
 from gpupoolctl.ledger import Transaction
 
 ACTIVE = ("queued", "pending", "running")
+FOLLOW_INTERVAL_S = (0.1, 1.0)  # first and longest wait between polls while following
 
 
 def find(jobs: Jobs, job_id: str) -> dict[str, Any]:
@@ -135,3 +139,105 @@ def row(job: dict[str, Any], now: float | None = None) -> dict[str, Any]:
         "created": job.get("created"),
         "updated": job.get("updated"),
     }
+
+
+def refresh(jobs: Jobs) -> Outcome:
+    """Settle launches left half-done, record the jobs that ended (releasing their slices),
+    then one schedule pass. Returns the pass's outcome (its events)."""
+    reaping.recover(jobs)
+    reaping.reap(jobs)
+    return scheduling.schedule(jobs)
+
+
+@dataclass(frozen=True)
+class Output:
+    """Text the followed job wrote to its stdout."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class FollowWarning:
+    """Something the user should know (for stderr); following goes on."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The job ended: its last record, and the exit code to leave with (`exit_code_of`)."""
+
+    job: dict[str, Any]
+    exit_code: int
+
+
+def exit_code_of(job: dict[str, Any]) -> int:
+    """0 when the job is done; its own status when it has one (128+N when a signal ended
+    it); otherwise ExitCode.ERROR."""
+    code = job.get("exit_code")
+    if job.get("state") == "done":
+        return 0
+    if isinstance(code, int) and code & 0xFF:
+        return code & 0xFF
+    return int(ExitCode.ERROR)
+
+
+def follow(
+    jobs: Jobs,
+    job_id: str,
+    *,
+    output: bool = True,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Iterator[Output | FollowWarning | Ended]:
+    """Follow a job until it ends, running the queue while it waits (recover and schedule
+    while queued or pending, reap while running).
+
+    With `output`, yields its stdout as Output chunks while it runs, then what it wrote
+    after the last read. Yields FollowWarning for problems reading its output and, once it
+    ended, for the warnings gathered in `jobs.warnings` (which are then cleared). Ends with
+    one Ended. Polls every FOLLOW_INTERVAL_S[0] s, slowing to FOLLOW_INTERVAL_S[1] s while
+    nothing happens.
+    """
+    offset = 0
+    delay = FOLLOW_INTERVAL_S[0]
+    while True:
+        job = find(jobs, job_id)
+        state = job.get("state")
+        if state == "running" and output:
+            try:
+                chunk = logs(jobs, job_id, offset=offset)
+            except JobError as exc:
+                yield FollowWarning(str(exc))
+                chunk = {"text": "", "next_offset": offset, "state": "running"}
+            yield Output(chunk["text"])
+            offset = chunk["next_offset"]
+            if chunk["text"]:
+                delay = FOLLOW_INTERVAL_S[0]
+                continue
+            if chunk["state"] != "running":
+                reaping.reap(jobs)
+                continue
+        elif state == "running":
+            reaping.reap(jobs)
+        elif state in ("queued", "pending"):
+            reaping.recover(jobs)
+            scheduling.schedule(jobs)
+        else:
+            break
+        sleep(delay)
+        delay = min(delay * 1.5, FOLLOW_INTERVAL_S[1])
+    warnings = list(jobs.warnings)
+    jobs.warnings.clear()
+    for message in warnings:
+        yield FollowWarning(message)
+    if output and job.get("nodes"):
+        try:  # what it wrote after our last read
+            while True:
+                chunk = logs(jobs, job_id, offset=offset)
+                if not chunk["text"]:
+                    break
+                yield Output(chunk["text"])
+                offset = chunk["next_offset"]
+        except JobError:
+            pass
+    yield Ended(job, exit_code_of(job))

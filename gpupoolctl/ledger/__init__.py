@@ -2,6 +2,7 @@
 
     from gpupoolctl.ledger import Ledger, Request
     ledger = Ledger(path)                      # None: ~/.local/state/gpupoolctl/ledger.jsonl
+    ledger = Ledger.from_env(path)             # no fsync when GPUPOOL_LEDGER_NO_FSYNC=1
     done = ledger.alloc(Request(profile="1g.10gb"), owner="alice", ttl=timedelta(hours=8))
     done.value.id, done.warnings               # "a-17", [] (warnings are for stderr)
     ledger.release("a-17")
@@ -22,9 +23,11 @@ from gpupoolctl.ledger.ledger import (
     View,
     current_user,
     default_actor,
+    durable_from_env,
 )
 from gpupoolctl.ledger.paths import LedgerPaths, default_path
 from gpupoolctl.ledger.repair import RepairResult
+from gpupoolctl.ledger.report import pool_report
 from gpupoolctl.ledger.slices import slices_from_facts
 from gpupoolctl.ledger.state import JOB_STATES, OPS, Allocation, State
 from gpupoolctl.ledger.verify import Problem, Report
@@ -50,5 +53,7 @@ __all__ = [
     "current_user",
     "default_actor",
     "default_path",
+    "durable_from_env",
+    "pool_report",
     "slices_from_facts",
 ]

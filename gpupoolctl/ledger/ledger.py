@@ -11,7 +11,7 @@ from __future__ import annotations
 import getpass
 import os
 import socket
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -135,7 +135,23 @@ class Transaction:
         return b"".join(lines)
 
 
+NO_FSYNC_ENV = "GPUPOOL_LEDGER_NO_FSYNC"
+
+
+def durable_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """False when GPUPOOL_LEDGER_NO_FSYNC is 1, true or yes (any case): writes then skip
+    fdatasync, for tests and throwaway ledgers. True otherwise (the default: durable)."""
+    env = os.environ if environ is None else environ
+    return env.get(NO_FSYNC_ENV, "").strip().lower() not in {"1", "true", "yes"}
+
+
 class Ledger:
+    @classmethod
+    def from_env(cls, path: Path | None = None) -> Ledger:
+        """A Ledger at `path` (None: the default path), durable unless the environment
+        says GPUPOOL_LEDGER_NO_FSYNC (see `durable_from_env`)."""
+        return cls(path, durable=durable_from_env())
+
     def __init__(
         self,
         path: Path | None = None,

@@ -81,3 +81,17 @@ def parse_ts(text: str) -> datetime:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC)
+
+
+def parse_since(text: str | None) -> tuple[int | None, str | None]:
+    """`--since` as users type it: a seq (123), a duration back from now (2h), or a time
+    (2025-06-01T12:00Z). Returns (since_seq, since_ts) for `Ledger.history`; at most one is
+    set, both are None when `text` is None."""
+    if text is None:
+        return None, None
+    text = text.strip()
+    if text.isdigit():
+        return int(text), None
+    if text[-1:].lower() in "smhdw" and text[:1].isdigit() and "-" not in text:
+        return None, format_ts(utc_now() - parse_duration(text))
+    return None, format_ts(parse_ts(text))

@@ -1,0 +1,66 @@
+"""What `pool` shows: every slice the ledger knows with its holder, per node, and the holds
+on slices that no longer exist. Plain data; rendering is the caller's."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from gpupoolctl.ledger.fit import fit_key
+from gpupoolctl.ledger.state import State
+
+
+def slice_rows(
+    state: State, now: str, hosts: Collection[str] | None = None
+) -> list[dict[str, Any]]:
+    """One dict per slice (host, slice, kind, profile, memory_mib, state, owner, alloc,
+    expires, uuid), grouped by host in ledger order, each host's slices in fit order.
+    `hosts`: only these hosts (None: all). `state` is "held" or "free" as of `now`."""
+    rows = []
+    by_host: dict[str, list[dict[str, Any]]] = {}
+    for entry in state.slices.values():
+        if hosts is None or entry["host"] in hosts:
+            by_host.setdefault(entry["host"], []).append(entry)
+    for host in by_host:
+        for entry in sorted(by_host[host], key=lambda s: fit_key({**s, "memory_mib": 0})):
+            holder = state.holder(entry["id"], now)
+            rows.append(
+                {
+                    "host": host,
+                    "slice": entry["id"],
+                    "kind": entry.get("kind"),
+                    "profile": entry.get("profile"),
+                    "memory_mib": entry.get("memory_mib"),
+                    "state": "held" if holder else "free",
+                    "owner": holder.owner if holder else None,
+                    "alloc": holder.id if holder else None,
+                    "expires": holder.expires if holder else None,
+                    "uuid": entry.get("uuid"),
+                }
+            )
+    return rows
+
+
+def pool_report(state: State, now: str, hosts: Collection[str] | None = None) -> dict[str, Any]:
+    """{"seq", "now", "nodes", "orphans"}: per node its slice counts (total, free, held) and
+    its slices (as `slice_rows`, same order); per orphaned hold (an allocation holding a
+    slice that no longer exists) its alloc, owner, slice and a message for the user."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for row in slice_rows(state, now, hosts):
+        node = nodes.setdefault(
+            row["host"], {"host": row["host"], "total": 0, "free": 0, "held": 0, "slices": []}
+        )
+        node["total"] += 1
+        node[row["state"]] += 1
+        node["slices"].append(row)
+    orphans = [
+        {
+            "alloc": alloc.id,
+            "owner": alloc.owner,
+            "slice": slice_id,
+            "message": f"{alloc.id} ({alloc.owner}) holds {slice_id}, which no longer exists "
+            "(partition changed?); release it",
+        }
+        for alloc, slice_id in state.orphans()
+    ]
+    return {"seq": state.seq, "now": now, "nodes": list(nodes.values()), "orphans": orphans}
