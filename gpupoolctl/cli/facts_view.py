@@ -46,11 +46,12 @@ GPU_CSV_COLUMNS: tuple[Column, ...] = tuple(
     )
 )
 
-OUTCOMES = ("ok", "failed", "unreachable", "timed-out")
 
 
 def document(source: str, results: list[HostResult]) -> dict[str, Any]:
     """The machine-readable inventory: every host with its outcome, and facts when ok."""
+    from gpupoolctl.remote.results import OUTCOMES  # not at start-up: it loads the bootstrap
+
     counts = Counter(result.outcome for result in results)
     return {
         "inventory": source,
@@ -61,7 +62,7 @@ def document(source: str, results: list[HostResult]) -> dict[str, Any]:
                 "outcome": result.outcome,
                 "elapsed_s": round(result.elapsed, 3),
                 "error": result.error,
-                "facts": result.data if result.outcome == "ok" else None,
+                "facts": result.data if result.ok else None,
             }
             for result in results
         ],
@@ -71,7 +72,7 @@ def document(source: str, results: list[HostResult]) -> dict[str, Any]:
 def gpu_rows(results: list[HostResult]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for result in results:
-        if result.outcome != "ok":
+        if not result.ok:
             continue
         for gpu in result.data.get("gpus", []):
             rows.append(
@@ -109,7 +110,7 @@ def node_warnings(results: list[HostResult]) -> list[tuple[str, str]]:
     return [
         (result.name, message)
         for result in results
-        if result.outcome == "ok"
+        if result.ok
         for message in result.data.get("warnings", [])
     ]
 

@@ -51,14 +51,14 @@ def inventory(
     if settings.resolved_output() is OutputFormat.table:
         if topology:
             for result in results:
-                if result.outcome == "ok":
+                if result.ok:
                     _print_topology(settings, result.name, result.data)
         for result in results:
-            if result.outcome != "ok":
+            if not result.ok:
                 warn(f"{result.name}: {result.outcome}: {result.error}")
         for name, message in facts_view.node_warnings(results):
             warn(f"{name}: {message}")
-    if any(result.outcome != "ok" for result in results):
+    if any(not result.ok for result in results):
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
 
 

@@ -31,7 +31,7 @@ def reset(ctx: typer.Context) -> None:
     rows = [
         {
             "host": r.name,
-            "template": r.data.get("template") if r.outcome == "ok" else None,
+            "template": r.data.get("template") if r.ok else None,
             "outcome": r.outcome,
             "error": r.error,
         }
@@ -44,7 +44,7 @@ def reset(ctx: typer.Context) -> None:
         Column("error", "ERROR"),
     ]
     emit(settings, data={"hosts": rows}, rows=rows, columns=columns)
-    if any(r.outcome != "ok" for r in results):
+    if any(not r.ok for r in results):
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
 
 

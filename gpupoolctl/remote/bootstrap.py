@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpupoolctl.remote.payload import Payload
+if TYPE_CHECKING:  # a type only: importing payload would load zipfile and hashlib
+    from gpupoolctl.remote.payload import Payload
 
 MAGIC = "GPUPOOL1"
 MIN_PYTHON = (3, 8)
