@@ -1,0 +1,160 @@
+"""The stress harness's shared vocabulary: what one submission records, what one level
+sums up to, the knee findings and a whole run. Plain dataclasses; result.py turns them
+into JSON and back.
+
+Times are seconds. Clock readings (`submitted`, `started`, ...) are `time.time()` values
+on the workstation, except `started`/`ended`, which the node reports (the same clock on
+loopback; on real fleets NTP keeps them within milliseconds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT = "gpupoolctl-stress/1"
+
+# Where a job's turnaround went, in the order a job meets them. Backends fill what they
+# can measure; the rest stay absent (not zero: zero would claim a measurement).
+PHASES = ("ledger", "launch", "queue", "run")
+PHASE_HELP = {
+    "ledger": "time inside ledger transactions (lock wait, replay, append, fsync)",
+    "launch": "time in agent calls during submit (SSH or local exec, launch on the node)",
+    "queue": "from the submit call to the job starting on its node, less ledger and launch",
+    "run": "the job's own run time on its node",
+}
+
+
+@dataclass
+class Sample:
+    """One submission, from the harness's point of view."""
+
+    level: float  # the level's x: concurrency (closed model) or arrival rate per s (open)
+    submitted: float  # just before the submit call
+    accepted: float | None = None  # the submit call returned (the job is in the system)
+    started: float | None = None  # the job started on its node
+    ended: float | None = None  # the harness learned that the job ended
+    ok: bool = False  # ended with exit code 0
+    error: str | None = None  # why not ok (submit refused, non-zero exit, timed out, ...)
+    job_id: str | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # PHASES -> seconds
+    harness_s: float = 0.0  # the harness's own bookkeeping for this sample
+
+    @property
+    def queue_wait(self) -> float | None:
+        """Submit call to start on the node."""
+        if self.started is None:
+            return None
+        return max(0.0, self.started - self.submitted)
+
+    @property
+    def turnaround(self) -> float | None:
+        """Submit call to the harness learning the job ended."""
+        if self.ended is None:
+            return None
+        return max(0.0, self.ended - self.submitted)
+
+
+@dataclass
+class Distribution:
+    """Percentiles of one latency (seconds) over a level's samples, with the histogram
+    they came from (HdrHistogram's base64 'histoblob', microsecond units) so that runs can
+    be merged or re-read with other tools."""
+
+    count: int
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p95: float | None
+    p99: float | None
+    max: float | None
+    hist: str | None = None
+
+    STATS = ("mean", "p50", "p90", "p95", "p99", "max")
+
+    def get(self, stat: str) -> float | None:
+        if stat not in self.STATS:
+            raise KeyError(stat)
+        value: float | None = getattr(self, stat)
+        return value
+
+
+@dataclass
+class ThresholdCheck:
+    """One threshold evaluated on one level: `expr` as written, the measured value."""
+
+    expr: str
+    value: float | None
+    ok: bool
+
+
+@dataclass
+class LevelResult:
+    level: float
+    model: str  # "closed" or "open"
+    warmup_s: float
+    hold_s: float  # as asked
+    window_s: float  # as measured: the steady window throughput is counted over
+    submitted: int  # samples submitted in the steady window
+    completed: int  # of those, ended ok
+    failed: int  # of those, refused, non-zero exit or timed out
+    dropped: int  # open model: arrivals the harness could not issue on time (saturation)
+    throughput: float  # jobs ended ok per second of the steady window
+    failure_rate: float  # failed / (completed + failed), 0 when none ended
+    queue_wait: Distribution
+    turnaround: Distribution
+    phases: dict[str, float]  # PHASES -> mean seconds per job, only those measured
+    harness_s: float  # mean harness bookkeeping per submission
+    errors: dict[str, int] = field(default_factory=dict)  # most frequent errors -> count
+    thresholds: list[ThresholdCheck] = field(default_factory=list)
+
+    @property
+    def thresholds_ok(self) -> bool:
+        return all(t.ok for t in self.thresholds)
+
+
+@dataclass
+class KneePoint:
+    """A point found on a curve, or None with a note saying why there is none."""
+
+    method: str  # "kneedle", "usl", "latency"
+    meaning: str  # what the point means, for people
+    level: float | None
+    value: float | None = None  # the curve's y there (throughput, or latency in s)
+    note: str | None = None  # why there is none, or how much to trust it
+    extra: dict[str, Any] = field(default_factory=dict)  # fit parameters, errors, R^2, ...
+
+
+@dataclass
+class Knees:
+    kneedle: KneePoint  # diminishing returns on throughput
+    usl: KneePoint  # capacity peak N* from the USL fit (extra: sigma, kappa, lambda, ...)
+    latency: KneePoint  # where queue wait leaves its low-load baseline
+
+
+@dataclass
+class RunResult:
+    scenario: dict[str, Any]  # the scenario as run (Scenario.to_dict())
+    levels: list[LevelResult]
+    knees: Knees | None
+    backend: str  # "pool" (gpupoolctl's own path), "noop", later "slurm"
+    transport: str | None  # "local", "ssh", "mixed" or None when no nodes are involved
+    tool_version: str
+    created: str  # UTC ISO-8601
+    host: str  # the workstation that ran it
+    commit: str | None  # the gpupoolctl source commit, when run from a git checkout
+    stopped_early: str | None = None  # why the ramp ended before its last level
+    format: str = FORMAT
+
+    @property
+    def thresholds_ok(self) -> bool:
+        return all(level.thresholds_ok for level in self.levels)
+
+
+# Metric names that thresholds and `compare` may use, resolved per level by
+# metrics.metric_value.
+METRICS: tuple[str, ...] = (
+    ("throughput", "failure_rate", "submitted", "completed", "failed", "dropped", "harness")
+    + tuple(f"{d}.{s}" for d in ("queue_wait", "turnaround") for s in Distribution.STATS)
+    + tuple(f"phase.{p}" for p in PHASES)
+)
