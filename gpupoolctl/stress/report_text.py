@@ -10,7 +10,7 @@ import math
 import re
 from typing import Any
 
-from gpupoolctl.errors import UsageError
+from gpupoolctl.errors import GpupoolError, UsageError
 from gpupoolctl.stress.model import PHASES, KneePoint, Knees, LevelResult, RunResult
 
 MISSING = "-"
@@ -353,6 +353,9 @@ def terminal_plot(
 
     import plotext as plt
 
+    if not callable(getattr(getattr(plt, "figure", None), "signal", None)):
+        version = getattr(plt, "__version__", "unknown")
+        raise GpupoolError(f"the terminal plot needs plotext 6 or later (found {version})")
     levels, ranks = _positions(levels)
     # Thin the tick labels so that they never run into each other.
     step = max(1, math.ceil(len(levels) * 6 / width))

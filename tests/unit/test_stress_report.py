@@ -387,6 +387,17 @@ def test_terminal_plot_rejects_a_tiny_size():
         terminal_plot(_ramp(), width=20, height=5)
 
 
+def test_terminal_plot_needs_plotext_6(monkeypatch):
+    import sys
+    import types
+
+    old = types.ModuleType("plotext")
+    old.__version__ = "5.2.8"
+    monkeypatch.setitem(sys.modules, "plotext", old)
+    with pytest.raises(GpupoolError, match="plotext 6 or later"):
+        terminal_plot(_ramp())
+
+
 def test_terminal_plot_without_levels():
     result = _ramp()
     result.levels = []
