@@ -36,7 +36,10 @@ measurements = st.one_of(
 
 
 def ramp(lam: float, sigma: float, kappa: float, grid: list[int], jitter: list[float]):
-    return [usl_throughput(n, lam, sigma, kappa) * (1.0 + e) for n, e in zip(grid, jitter)]
+    return [
+        usl_throughput(n, lam, sigma, kappa) * (1.0 + e)
+        for n, e in zip(grid, jitter[: len(grid)], strict=True)
+    ]
 
 
 def assert_well_formed(point: KneePoint, method: str) -> None:
@@ -103,7 +106,7 @@ def test_any_order_of_the_levels_gives_the_same_knees(
 ):
     throughput = ramp(lam, sigma, kappa, grid, jitter)
     wait = waits[: len(grid)]
-    rows = list(zip(grid, throughput, wait))
+    rows = list(zip(grid, throughput, wait, strict=True))
     reference = find_knees(grid, throughput, wait)
     random.shuffle(rows)
     shuffled = find_knees([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
@@ -165,7 +168,7 @@ def test_latency_knee_holds_above_the_limit_from_there_on(wait):
     assert_well_formed(point, "latency")
     if point.level is not None:
         limit = point.extra["limit"]
-        later = [w for n, w in zip(grid, wait) if w is not None and n >= point.level]
-        earlier = [w for n, w in zip(grid, wait) if w is not None and n < point.level]
+        later = [w for n, w in zip(grid, wait, strict=True) if w is not None and n >= point.level]
+        earlier = [w for n, w in zip(grid, wait, strict=True) if w is not None and n < point.level]
         assert all(w > limit for w in later)
         assert not earlier or earlier[-1] <= limit  # the lowest such level
