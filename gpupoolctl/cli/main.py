@@ -9,7 +9,14 @@ from typing import Annotated
 import typer
 
 from gpupoolctl import __version__
-from gpupoolctl.cli import inventory_cmd, jobs_cmd, ledger_cmd, partition_cmd, sim_cmd
+from gpupoolctl.cli import (
+    inventory_cmd,
+    jobs_cmd,
+    ledger_cmd,
+    partition_cmd,
+    sim_cmd,
+    stress_cmd,
+)
 from gpupoolctl.cli.argv import hoist_global_options
 from gpupoolctl.cli.console import error
 from gpupoolctl.cli.settings import OutputFormat, Settings
@@ -33,6 +40,7 @@ app.add_typer(partition_cmd.app, name="partition")
 ledger_cmd.register(app)
 jobs_cmd.register(app)
 app.add_typer(sim_cmd.app, name="sim")
+app.add_typer(stress_cmd.app, name="stress")
 
 
 def _version(value: bool) -> None:

@@ -154,7 +154,13 @@ class RunResult:
 # Metric names that thresholds and `compare` may use, resolved per level by
 # metrics.metric_value.
 METRICS: tuple[str, ...] = (
-    ("throughput", "failure_rate", "submitted", "completed", "failed", "dropped", "harness")
-    + tuple(f"{d}.{s}" for d in ("queue_wait", "turnaround") for s in Distribution.STATS)
-    + tuple(f"phase.{p}" for p in PHASES)
+    "throughput",
+    "failure_rate",
+    "submitted",
+    "completed",
+    "failed",
+    "dropped",
+    "harness",
+    *(f"{d}.{s}" for d in ("queue_wait", "turnaround") for s in Distribution.STATS),
+    *(f"phase.{p}" for p in PHASES),
 )

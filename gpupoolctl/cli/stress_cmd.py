@@ -1,0 +1,402 @@
+"""`stress ramp`, `stress compare`, `stress report`: find the pool's knee, keep baselines.
+
+Parse, call gpupoolctl.stress, render. Exit codes: 0 ok; 1 harness error (unreadable
+result, a backend that could not start); 2 usage; 4 a threshold broke during the ramp, or
+`compare` found a regression.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from gpupoolctl.cli.console import notice, warn
+from gpupoolctl.cli.render import Column, emit
+from gpupoolctl.cli.settings import Settings
+from gpupoolctl.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from gpupoolctl.stress.backend import Backend, Work
+    from gpupoolctl.stress.model import RunResult
+    from gpupoolctl.stress.runner import Event
+    from gpupoolctl.stress.scenario import Scenario
+
+app = typer.Typer(
+    help="Stress tests: ramp load through the real submit path, find the knee, compare "
+    "against a baseline.",
+    no_args_is_help=True,
+)
+
+_TEXT_COLUMNS = ("dominant", "thresholds")
+
+
+def _level_columns() -> tuple[Column, ...]:
+    from gpupoolctl.stress.report_text import LEVEL_COLUMNS
+
+    return tuple(
+        Column(key, header.upper(), "left" if key in _TEXT_COLUMNS else "right")
+        for key, header in LEVEL_COLUMNS.items()
+    )
+
+
+COMPARE_COLUMNS = (
+    Column("metric", "METRIC"),
+    Column("level", "LEVEL", "right"),
+    Column("baseline", "BASELINE", "right"),
+    Column("current", "CURRENT", "right"),
+    Column("change", "CHANGE", "right"),
+    Column("limit", "LIMIT", "right"),
+    Column("verdict", "VERDICT"),
+)
+BACKENDS = ("pool", "noop")
+
+
+# -- ramp -----------------------------------------------------------------------------------
+
+
+def _scenario(scenario_file: Path | None, overrides: dict[str, Any]) -> Scenario:
+    from gpupoolctl.stress.scenario import load_scenario, scenario_from_flags
+
+    base = load_scenario(scenario_file) if scenario_file is not None else None
+    given = {k: v for k, v in overrides.items() if v not in (None, [], ())}
+    return scenario_from_flags(base, **given)
+
+
+def _pool_backend(settings: Settings, scenario: Scenario) -> Backend:
+    from gpupoolctl.cli import pool
+    from gpupoolctl.cli.ledger_cmd import open_ledger
+    from gpupoolctl.jobs.spec import JobSpec
+    from gpupoolctl.ledger import current_user
+    from gpupoolctl.sched import JobRequest
+    from gpupoolctl.stress.pool_backend import PoolBackend
+
+    inventory = pool.load(settings)
+    everyone = [pool.target_from_vars(h.name, h.vars) for h in inventory.select(None)]
+    hosts = None
+    if settings.limit:
+        hosts = {h.name for h in inventory.select(settings.limit, cwd=Path(os.getcwd()))}
+        if not hosts:
+            raise UsageError(f"no hosts matched --limit {settings.limit!r}")
+
+    def make_spec(work: Work) -> JobSpec:
+        shape: Any = work.shape
+        return JobSpec(
+            argv=list(work.argv),
+            request=JobRequest(**shape.job_fields()),
+            name=work.name,
+            policy=scenario.policy,
+        )
+
+    backend = PoolBackend(
+        open_ledger=lambda: open_ledger(settings),
+        targets=everyone,
+        run=lambda requests: pool.fan_out_each(settings, requests),
+        owner=current_user(),
+        hosts=hosts,
+        make_spec=make_spec,
+        poll_s=scenario.poll_s,
+    )
+    backend.prepare()
+    return backend
+
+
+@contextlib.contextmanager
+def _interruptible(ramp: Any) -> Iterator[None]:
+    """First Ctrl-C: finish the level's bookkeeping, cancel the jobs, keep the results.
+    A second one stops at once."""
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, previous)
+        warn("interrupted: stopping the ramp (Ctrl-C again to abort at once)")
+        ramp.interrupt()
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _progress(settings: Settings) -> Any:
+    from gpupoolctl.stress.report_text import format_duration, format_rate
+    from gpupoolctl.stress.runner import LevelDone, LevelStarted
+
+    def on_event(event: Event) -> None:
+        if settings.quiet:
+            return
+        if isinstance(event, LevelStarted):
+            notice(
+                f"level {event.level:g} ({event.index + 1}/{event.total}): "
+                f"{format_duration(event.seconds)} of load..."
+            )
+        elif isinstance(event, LevelDone):
+            level = event.result
+            notice(
+                f"level {level.level:g}: {format_rate(level.throughput)} jobs/s, "
+                f"queue wait p95 {format_duration(level.queue_wait.p95)}, "
+                f"{level.failed} failed"
+            )
+
+    return on_event
+
+
+def _show(settings: Settings, result: RunResult, *, plot: bool, baseline: Any = None) -> None:
+    from gpupoolctl.stress import report_text
+    from gpupoolctl.stress import result as results
+
+    emit(
+        settings,
+        data=results.to_dict(result),
+        rows=report_text.level_rows(result),
+        columns=_level_columns(),
+        csv_columns=tuple(Column(k, k) for k in _csv_keys(result)),
+        title=f"stress: {result.scenario.get('name') or 'ramp'} ({result.backend})",
+    )
+    if settings.rich_tables or settings.resolved_output().value == "table":
+        lines = report_text.knee_lines(result.knees)
+        if plot:
+            lines.append(report_text.terminal_plot(result, baseline, color=sys.stdout.isatty()))
+        for line in lines:
+            sys.stdout.write(line + "\n")
+    if settings.resolved_output().value == "csv":
+        return
+
+
+def _csv_keys(result: RunResult) -> list[str]:
+    from gpupoolctl.stress import result as results
+
+    rows = results.to_csv_rows(result)
+    return list(rows[0]) if rows else ["level"]
+
+
+@app.command("ramp")
+def ramp(
+    ctx: typer.Context,
+    scenario_file: Annotated[
+        Path | None,
+        typer.Option("--scenario", "-s", help="Scenario YAML (see playbooks/stress-*.yaml)."),
+    ] = None,
+    levels: Annotated[
+        str | None,
+        typer.Option(
+            "--levels",
+            help="Concurrency (closed) or arrivals/s (open): 1,2,4,8 or 1..64x2 (geometric) "
+            "or 1..33+8 (linear).",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="closed: N submitters each waiting for its job; open: "
+            "a fixed arrival rate per second.",
+        ),
+    ] = None,
+    warmup: Annotated[
+        str | None, typer.Option("--warmup", help="Per level, not measured: 5s.")
+    ] = None,
+    hold: Annotated[
+        str | None, typer.Option("--hold", help="Per level, measured (the steady window): 30s.")
+    ] = None,
+    drain: Annotated[
+        str | None,
+        typer.Option("--drain", help="After each level, wait this long for jobs to end."),
+    ] = None,
+    job_timeout: Annotated[
+        str | None, typer.Option("--job-timeout", help="A job running longer fails.")
+    ] = None,
+    workload: Annotated[
+        str | None,
+        typer.Option("--workload", "-w", help="sim (contention model), sleep, cmd, matmul."),
+    ] = None,
+    work: Annotated[
+        str | None,
+        typer.Option("--work", help="How long one job runs alone (sim, sleep, matmul): 1s."),
+    ] = None,
+    cmd: Annotated[
+        str | None, typer.Option("--cmd", help="The command for --workload cmd (no shell).")
+    ] = None,
+    profile: Annotated[
+        str | None, typer.Option("--profile", "-p", help="Each job asks for this profile.")
+    ] = None,
+    mem: Annotated[
+        str | None, typer.Option("--mem", "-m", help="Each job asks for this memory: 10G.")
+    ] = None,
+    gpus: Annotated[
+        int | None, typer.Option("--gpus", "-g", min=1, help="Each job asks for N slices.")
+    ] = None,
+    threshold: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--threshold",
+            "-t",
+            help="'queue_wait.p95 < 5s', 'failure_rate < 1%'; repeat; replaces the "
+            "scenario's. Broken at two levels in a row: the ramp stops; any broken: exit 4.",
+        ),
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="For the request mix.")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Scenario name in results.")] = None,
+    backend_name: Annotated[
+        str,
+        typer.Option(
+            "--backend",
+            help="pool: gpupoolctl's own submit path; noop: the "
+            "harness alone (measures its overhead).",
+        ),
+    ] = "pool",
+    save: Annotated[
+        Path | None, typer.Option("--save", help="Write the results (JSON) here.")
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Write a self-contained HTML report here.")
+    ] = None,
+    baseline_file: Annotated[
+        Path | None, typer.Option("--baseline", help="Overlay this result in plots/report.")
+    ] = None,
+    plot: Annotated[bool, typer.Option("--plot", help="A terminal plot under the table.")] = False,
+) -> None:
+    """Ramp load level by level through the real submit path; report throughput, queue wait,
+    failures and the knee (diminishing returns, USL capacity peak, latency knee)."""
+    from gpupoolctl.stress import report_html
+    from gpupoolctl.stress import result as results
+    from gpupoolctl.stress.backend import NoopBackend
+    from gpupoolctl.stress.runner import Ramp
+
+    settings: Settings = ctx.obj
+    if backend_name not in BACKENDS:
+        raise UsageError(f"unknown backend {backend_name!r}: use {', '.join(BACKENDS)}")
+    scenario = _scenario(
+        scenario_file,
+        {
+            "levels": levels,
+            "model": model,
+            "warmup": warmup,
+            "hold": hold,
+            "drain": drain,
+            "job_timeout": job_timeout,
+            "workload": workload,
+            "work": work,
+            "cmd": cmd,
+            "profile": profile,
+            "mem": mem,
+            "gpus": gpus,
+            "thresholds": threshold,
+            "seed": seed,
+            "name": name,
+        },
+    )
+    baseline = results.load(baseline_file) if baseline_file is not None else None
+    backend = NoopBackend() if backend_name == "noop" else _pool_backend(settings, scenario)
+    runner = Ramp(scenario, backend, on_event=_progress(settings))
+    with _interruptible(runner):
+        outcome = runner.run()
+    for message in backend.warnings():
+        warn(message)
+    if save is not None:
+        results.save(outcome, save)
+        notice(f"results saved to {save}", quiet=settings.quiet)
+    if report is not None:
+        report_html.write_html(outcome, report, baseline)
+        notice(f"report written to {report}", quiet=settings.quiet)
+    _show(settings, outcome, plot=plot, baseline=baseline)
+    if outcome.stopped_early:
+        warn(outcome.stopped_early)
+    if not outcome.thresholds_ok:
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
+
+
+# -- compare --------------------------------------------------------------------------------
+
+
+@app.command("compare")
+def compare(
+    ctx: typer.Context,
+    result_file: Annotated[Path, typer.Argument(metavar="RESULT", help="A saved ramp result.")],
+    baseline_file: Annotated[
+        Path, typer.Option("--baseline", "-b", help="The result to compare against.")
+    ],
+    tolerance: Annotated[
+        str | None,
+        typer.Option(
+            "--tolerance",
+            help="throughput=10%,p95=25%,failures=1%,knee=20% (defaults shown).",
+        ),
+    ] = None,
+) -> None:
+    """Compare a ramp with a baseline: exit 4 when throughput dropped, queue wait grew or the
+    knee moved earlier beyond the tolerances; 1 when a file cannot be read."""
+    from gpupoolctl.stress import compare as comparing
+    from gpupoolctl.stress import result as results
+
+    settings: Settings = ctx.obj
+    tolerances = comparing.parse_tolerances(tolerance or "")
+    current = results.load(result_file)
+    baseline = results.load(baseline_file)
+    comparison = comparing.compare(current, baseline, tolerances)
+    for message in comparison.warnings:
+        warn(message)
+    rows = [comparing.row_dict(r) for r in comparison.rows]
+    emit(
+        settings,
+        data={
+            "regressed": comparison.regressed,
+            "regressions": comparison.regressions,
+            "warnings": comparison.warnings,
+            "rows": rows,
+        },
+        rows=[_readable(r) for r in rows],
+        columns=COMPARE_COLUMNS,
+        csv_columns=COMPARE_COLUMNS,
+        title=f"{result_file} against {baseline_file}",
+    )
+    for sentence in comparison.regressions:
+        warn(sentence)
+    if comparison.regressed:
+        raise typer.Exit(int(ExitCode.CHECK_FAILED))
+
+
+def _readable(row: dict[str, Any]) -> dict[str, Any]:
+    def number(value: Any) -> Any:
+        return f"{value:.4g}" if isinstance(value, float) else value
+
+    change = row.get("change")
+    return {
+        **{k: number(v) for k, v in row.items()},
+        "change": f"{change:+.1%}" if isinstance(change, float) else change,
+    }
+
+
+# -- report ---------------------------------------------------------------------------------
+
+
+@app.command("report")
+def report_cmd(
+    ctx: typer.Context,
+    result_file: Annotated[Path, typer.Argument(metavar="RESULT", help="A saved ramp result.")],
+    plot: Annotated[bool, typer.Option("--plot", help="A terminal plot under the table.")] = False,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Write a self-contained HTML report here.")
+    ] = None,
+    baseline_file: Annotated[
+        Path | None, typer.Option("--baseline", "-b", help="Overlay this result.")
+    ] = None,
+) -> None:
+    """Show a saved ramp: the table per level, the knees, and optionally plots."""
+    from gpupoolctl.stress import report_html
+    from gpupoolctl.stress import result as results
+
+    settings: Settings = ctx.obj
+    outcome = results.load(result_file)
+    baseline = results.load(baseline_file) if baseline_file is not None else None
+    if html is not None:
+        report_html.write_html(outcome, html, baseline)
+        notice(f"report written to {html}", quiet=settings.quiet)
+    _show(settings, outcome, plot=plot, baseline=baseline)

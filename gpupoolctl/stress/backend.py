@@ -1,0 +1,97 @@
+"""What the ramp runner drives: a backend takes a job, says when it ended, and cleans up.
+
+The runner knows nothing of ledgers, nodes or Slurm: it calls `submit` from many threads at
+once, then `wait` for each ticket. `NoopBackend` is the scheduler that does nothing, so the
+harness's own cost can be measured against it (bench/stress-harness).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpupoolctl.errors import GpupoolError
+
+
+class SubmitRefused(GpupoolError):
+    """The backend refused this one job (it counts as a failure; the ramp goes on)."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """One job as the harness asks for it."""
+
+    argv: list[str]
+    name: str
+    shape: object  # scenario.RequestShape; opaque to the runner
+
+
+@dataclass
+class Finished:
+    ok: bool
+    started: float | None  # when the job started on its node (None: it never did)
+    ended: float  # when the backend learned it ended
+    error: str | None = None
+    run_s: float | None = None  # the job's own run time, when the node reported it
+
+
+@dataclass
+class Ticket:
+    job_id: str
+    accepted: float  # when submit returned
+    phases: dict[str, float] = field(default_factory=dict)  # model.PHASES measured in submit
+    finished: Finished | None = None  # already over when submit returned (failed launch)
+
+
+class Backend(Protocol):
+    name: str
+    transport: str | None
+
+    def submit(self, work: Work) -> Ticket:
+        """Blocking; raises SubmitRefused for this job, GpupoolError for the whole run."""
+        ...
+
+    def wait(self, ticket: Ticket, timeout: float) -> Finished | None:
+        """Block until the job ends; None when `timeout` seconds passed first."""
+        ...
+
+    def abandon(self, ticket: Ticket) -> None:
+        """Stop a job the harness gave up waiting for."""
+        ...
+
+    def warnings(self) -> list[str]:
+        """Distinct problems met so far (for the CLI's stderr)."""
+        ...
+
+    def close(self) -> None:
+        """Stop background work and cancel whatever is still running."""
+        ...
+
+
+class NoopBackend:
+    """Accepts every job and ends it at once: the harness with nothing under it."""
+
+    name = "noop"
+    transport = None
+
+    def __init__(self) -> None:
+        self._count = 0
+
+    def submit(self, work: Work) -> Ticket:
+        self._count += 1  # not exact under threads; only an id
+        now = time.time()
+        return Ticket(job_id=f"noop-{self._count}", accepted=now)
+
+    def wait(self, ticket: Ticket, timeout: float) -> Finished | None:
+        now = time.time()
+        return Finished(ok=True, started=ticket.accepted, ended=now, run_s=0.0)
+
+    def abandon(self, ticket: Ticket) -> None:
+        return None
+
+    def warnings(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,301 @@
+"""The backend that measures gpupoolctl itself: every job goes through `Jobs.submit`, the
+same path as `gpupoolctl submit` (ledger transaction, placement, launch through the agent).
+
+Each submitting thread gets its own Jobs (own ledger handle), as separate `submit` processes
+would. One reaper thread does what `gpupoolctl jobs` does (recover, reap, schedule) every
+`poll_s` while anything is outstanding, and wakes the threads whose jobs ended. Time spent in
+ledger transactions and in agent calls is metered per thread, so a knee can be attributed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from gpupoolctl.errors import GpupoolError
+from gpupoolctl.jobs import Jobs, Nodes
+from gpupoolctl.stress.backend import Finished, SubmitRefused, Ticket, Work
+
+if TYPE_CHECKING:
+    from gpupoolctl.jobs.nodes import Call, Runner
+    from gpupoolctl.jobs.spec import JobSpec
+    from gpupoolctl.ledger import Ledger
+    from gpupoolctl.remote.results import HostResult
+    from gpupoolctl.remote.target import Target
+
+_LEDGER_CALLS = {"read", "write", "refresh_slices"}
+_SETTLED_STATES = {"done", "failed", "cancelled"}
+
+
+class Meter:
+    """Seconds per phase for one thread's Jobs (a Jobs is used by one thread only)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
+
+    def take(self) -> dict[str, float]:
+        taken, self.seconds = self.seconds, {}
+        return taken
+
+
+class MeteredLedger:
+    """The ledger, with the time of each read and write added to a meter."""
+
+    def __init__(self, inner: Ledger, meter: Meter) -> None:
+        self._inner = inner
+        self._meter = meter
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._inner, name)
+        if name not in _LEDGER_CALLS:
+            return value
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = perf_counter()
+            try:
+                return value(*args, **kwargs)
+            finally:
+                self._meter.add("ledger", perf_counter() - start)
+
+        return timed
+
+
+class MeteredNodes(Nodes):
+    """Nodes whose agent calls (SSH or local exec) are added to a meter."""
+
+    def __init__(self, targets: Sequence[Target], run: Runner, meter: Meter) -> None:
+        super().__init__(targets, run)
+        self._meter = meter
+
+    def call(self, calls: Sequence[Call]) -> list[HostResult]:
+        start = perf_counter()
+        try:
+            return super().call(calls)
+        finally:
+            self._meter.add("launch", perf_counter() - start)
+
+
+@dataclass
+class _Waiter:
+    event: threading.Event = field(default_factory=threading.Event)
+    finished: Finished | None = None
+
+
+def transport_of(targets: Sequence[Target]) -> str | None:
+    kinds = {t.transport for t in targets}
+    if not kinds:
+        return None
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+class PoolBackend:
+    name = "pool"
+
+    def __init__(
+        self,
+        *,
+        open_ledger: Callable[[], Ledger],
+        targets: Sequence[Target],
+        run: Runner,
+        owner: str,
+        hosts: set[str] | None,
+        make_spec: Callable[[Work], JobSpec],
+        poll_s: float = 0.2,
+    ) -> None:
+        self._open_ledger = open_ledger
+        self._targets = list(targets)
+        self._run = run
+        self._owner = owner
+        self._hosts = hosts
+        self._make_spec = make_spec
+        self.poll_s = poll_s
+        self.transport = transport_of(self._targets)
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._waiting: dict[str, _Waiter] = {}
+        self._outstanding: set[str] = set()
+        self._warnings: list[str] = []
+        self._closed = threading.Event()
+        self._reaper: threading.Thread | None = None
+        self._reaper_jobs: Jobs | None = None
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _new_jobs(self) -> tuple[Jobs, Meter]:
+        meter = Meter()
+        ledger: Any = MeteredLedger(self._open_ledger(), meter)
+        nodes = MeteredNodes(self._targets, self._run, meter)
+        return Jobs(ledger, nodes, owner=self._owner, hosts=self._hosts), meter
+
+    def _thread_jobs(self) -> tuple[Jobs, Meter]:
+        pair = getattr(self._local, "jobs", None)
+        if pair is None:
+            pair = self._new_jobs()
+            self._local.jobs = pair
+        return pair
+
+    def _collect(self, jobs: Jobs) -> None:
+        """Move a Jobs' warnings into the run's (a Jobs lives for many submits)."""
+        with self._lock:
+            for message in jobs.warnings:
+                if message not in self._warnings:
+                    self._warnings.append(message)
+        jobs.warnings.clear()
+        jobs.hosts_failed = False
+
+    def warnings(self) -> list[str]:
+        with self._lock:
+            return list(self._warnings)
+
+    def prepare(self) -> None:
+        """Read slices from the nodes once, before any clock runs (as `submit` would on
+        its first use), so the first level does not pay for inventory."""
+        jobs, meter = self._thread_jobs()
+        jobs.ensure_slices()
+        meter.take()
+        self._collect(jobs)
+
+    # -- the Backend protocol ----------------------------------------------------------------
+
+    def submit(self, work: Work) -> Ticket:
+        from gpupoolctl.jobs.errors import NeverFits
+
+        jobs, meter = self._thread_jobs()
+        meter.take()
+        try:
+            outcome = jobs.submit(self._make_spec(work))
+        except NeverFits as exc:
+            raise SubmitRefused(str(exc)) from None
+        except GpupoolError as exc:
+            raise SubmitRefused(f"submit failed: {exc}") from None
+        finally:
+            self._collect(jobs)
+        accepted = time.time()
+        ticket = Ticket(job_id=str(outcome.job_id), accepted=accepted, phases=meter.take())
+        if outcome.state in _SETTLED_STATES:
+            ticket.finished = Finished(
+                ok=outcome.state == "done",
+                started=None,
+                ended=accepted,
+                error=outcome.reason or f"job {outcome.state} at submit",
+            )
+        else:
+            with self._lock:
+                self._outstanding.add(ticket.job_id)
+        return ticket
+
+    def wait(self, ticket: Ticket, timeout: float) -> Finished | None:
+        if ticket.finished is not None:
+            return ticket.finished
+        with self._lock:
+            waiter = self._waiting.setdefault(ticket.job_id, _Waiter())
+            if self._reaper is None:
+                self._reaper = threading.Thread(
+                    target=self._reap_loop, name="stress-reaper", daemon=True
+                )
+                self._reaper.start()
+        waiter.event.wait(timeout)
+        with self._lock:
+            if waiter.finished is None:
+                self._waiting.pop(ticket.job_id, None)
+            return waiter.finished
+
+    def abandon(self, ticket: Ticket) -> None:
+        from gpupoolctl.jobs import control
+
+        jobs, _ = self._thread_jobs()
+        try:
+            control.cancel(jobs, ticket.job_id, grace_s=0)
+        except GpupoolError as exc:
+            with self._lock:
+                self._warnings.append(f"{ticket.job_id}: could not cancel: {exc}")
+        with self._lock:
+            self._outstanding.discard(ticket.job_id)
+        self._collect(jobs)
+
+    def close(self) -> None:
+        """Stop the reaper, cancel what is still queued or running, record what ended."""
+        from gpupoolctl.jobs import control
+
+        self._closed.set()
+        if self._reaper is not None:
+            self._reaper.join(timeout=60)
+        jobs, _ = self._thread_jobs()
+        with self._lock:
+            left = sorted(self._outstanding)
+        if left:
+            try:
+                control.refresh(jobs)  # record the ones that ended meanwhile
+            except GpupoolError as exc:
+                self._warnings.append(f"clean-up: {exc}")
+            state = jobs.read().state
+            for job_id in left:
+                if job_id in state.jobs:
+                    try:
+                        control.cancel(jobs, job_id, grace_s=0)
+                    except GpupoolError as exc:
+                        self._warnings.append(f"clean-up: {job_id}: {exc}")
+        self._collect(jobs)
+
+    # -- the reaper -------------------------------------------------------------------------
+
+    def _reap_loop(self) -> None:
+        from gpupoolctl.jobs import control
+
+        jobs, meter = self._new_jobs()
+        self._reaper_jobs = jobs
+        while not self._closed.wait(self.poll_s):
+            with self._lock:
+                waiting = dict(self._waiting)
+            if not waiting:
+                continue
+            try:
+                control.refresh(jobs)
+                state = jobs.read().state
+            except GpupoolError as exc:
+                with self._lock:
+                    if str(exc) not in self._warnings:
+                        self._warnings.append(str(exc))
+                continue
+            finally:
+                meter.take()
+                self._collect(jobs)
+            now = time.time()
+            for job_id, waiter in waiting.items():
+                record = state.finished.get(job_id)
+                if record is None and job_id in state.jobs:
+                    continue
+                waiter.finished = (
+                    finished_from(record, now)
+                    if record is not None
+                    else Finished(ok=False, started=None, ended=now, error="job left the ledger")
+                )
+                with self._lock:
+                    self._waiting.pop(job_id, None)
+                    self._outstanding.discard(job_id)
+                waiter.event.set()
+
+
+def finished_from(record: dict[str, Any], now: float) -> Finished:
+    """A finished job's ledger record -> what the harness needs of it."""
+    starts = [float(n["started"]) for n in record.get("nodes") or [] if n.get("started")]
+    started = min(starts) if starts else None
+    ended_on_node = record.get("ended")
+    run_s = None
+    if started is not None and isinstance(ended_on_node, int | float) and ended_on_node:
+        run_s = max(0.0, float(ended_on_node) - started)
+    state = record.get("state")
+    error = None
+    if state != "done":
+        code = record.get("exit_code")
+        error = record.get("error") or record.get("reason")
+        if error is None:
+            error = f"exit code {code}" if code is not None else f"job {state}"
+    return Finished(ok=state == "done", started=started, ended=now, error=error, run_s=run_s)

@@ -1,0 +1,279 @@
+"""The ramp: drive a backend level by level and sum each level up.
+
+Closed model: N submitter threads, each submits a job, waits for it to end, and goes again
+until the level's hold ends. Open model: jobs arrive on a fixed schedule (rate per second)
+whatever the system does; an arrival with no free worker is dropped and counted, as k6 does,
+because a late arrival would hide the very saturation being measured. Open-model latencies
+are measured from the arrival's planned time (no coordinated omission).
+
+Every loop is bounded by the level's clock (warm-up + hold + drain) and every job by the
+scenario's job time-out. Jobs still running when a level's drain ends are abandoned (cancelled
+and counted as failed), so a level never leaks load into the next.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+from gpupoolctl.stress.backend import Backend, SubmitRefused, Work
+from gpupoolctl.stress.model import LevelResult, RunResult, Sample
+
+REFUSED_BACKOFF_S = 0.05  # a refused submit is retried no faster than this (no hot loop)
+MAX_OPEN_WORKERS = 1024
+
+
+@dataclass(frozen=True)
+class LevelStarted:
+    index: int
+    total: int
+    level: float
+    seconds: float  # warm-up + hold
+
+
+@dataclass(frozen=True)
+class LevelDone:
+    index: int
+    total: int
+    result: LevelResult
+
+
+Event = LevelStarted | LevelDone
+
+
+class _Level:
+    """One level's shared state: the clock, the samples, the stop signal."""
+
+    def __init__(self, scenario: Any, index: int, level: float, start: float) -> None:
+        self.scenario = scenario
+        self.index = index
+        self.level = level
+        self.start = start
+        self.warm_end = start + scenario.warmup_s
+        self.hold_end = self.warm_end + scenario.hold_s
+        self.drain_end = self.hold_end + scenario.drain_s
+        self.samples: list[Sample] = []
+        self.dropped = 0
+        self.lock = threading.Lock()
+        self.stop = threading.Event()  # set on interrupt: submit nothing more
+        self.stopped_at: float | None = None
+
+    def halt(self) -> None:
+        if not self.stop.is_set():
+            self.stopped_at = time.time()
+            self.stop.set()
+
+    def window(self) -> tuple[float, float]:
+        """The steady window, cut short when the level was interrupted."""
+        end = self.hold_end if self.stopped_at is None else min(self.hold_end, self.stopped_at)
+        return (self.warm_end, max(self.warm_end, end))
+
+    def submitting(self) -> bool:
+        return not self.stop.is_set() and time.time() < self.hold_end
+
+    def record(self, sample: Sample) -> None:
+        with self.lock:
+            self.samples.append(sample)
+
+
+class Ramp:
+    def __init__(
+        self,
+        scenario: Any,
+        backend: Backend,
+        *,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.backend = backend
+        self.on_event = on_event or (lambda event: None)
+        self._shapes = list(scenario.requests)
+        self._weights = [float(s.weight) for s in self._shapes]
+        self._argv = scenario.workload.argv()
+        self._current: _Level | None = None
+
+    # -- one job ----------------------------------------------------------------------------
+
+    def _one(self, lvl: _Level, rng: random.Random, serial: str, planned: float | None) -> None:
+        """Submit one job, wait for it, record the sample (with the harness's own cost)."""
+        begin = perf_counter()
+        shape = rng.choices(self._shapes, self._weights)[0]
+        work = Work(argv=self._argv, name=f"stress-{serial}", shape=shape)
+        sample = Sample(level=lvl.level, submitted=planned if planned is not None else time.time())
+        spent_in_backend = 0.0
+        call = perf_counter()
+        try:
+            ticket = self.backend.submit(work)
+        except SubmitRefused as exc:
+            spent_in_backend += perf_counter() - call
+            sample.ended = time.time()
+            sample.error = str(exc)
+            sample.harness_s = max(0.0, perf_counter() - begin - spent_in_backend)
+            lvl.record(sample)
+            lvl.stop.wait(REFUSED_BACKOFF_S)
+            return
+        spent_in_backend += perf_counter() - call
+        sample.accepted = ticket.accepted
+        sample.job_id = ticket.job_id
+        sample.phases.update(ticket.phases)
+        deadline = min(sample.submitted + self.scenario.job_timeout_s, lvl.drain_end)
+        call = perf_counter()
+        finished = self.backend.wait(ticket, max(0.0, deadline - time.time()))
+        if finished is None:
+            self.backend.abandon(ticket)
+            spent_in_backend += perf_counter() - call
+            sample.ended = time.time()
+            overdue = sample.submitted + self.scenario.job_timeout_s <= lvl.drain_end
+            sample.error = (
+                f"timed out after {self.scenario.job_timeout_s:g}s"
+                if overdue
+                else "still running when the level's drain ended"
+            )
+        else:
+            spent_in_backend += perf_counter() - call
+            sample.started = finished.started
+            sample.ended = finished.ended
+            sample.ok = finished.ok
+            sample.error = finished.error
+            if finished.run_s is not None:
+                sample.phases["run"] = finished.run_s
+            if finished.started is not None:
+                measured = sample.phases.get("ledger", 0.0) + sample.phases.get("launch", 0.0)
+                waited = finished.started - sample.submitted - measured
+                sample.phases["queue"] = max(0.0, waited)
+        sample.harness_s = max(0.0, perf_counter() - begin - spent_in_backend)
+        lvl.record(sample)
+
+    # -- the two load models ----------------------------------------------------------------
+
+    def _closed(self, lvl: _Level) -> None:
+        def submitter(worker: int) -> None:
+            rng = random.Random(f"{self.scenario.seed}:{lvl.index}:{worker}")
+            count = 0
+            while lvl.submitting():
+                count += 1
+                self._one(lvl, rng, f"{lvl.index}-{worker}-{count}", None)
+
+        threads = [
+            threading.Thread(target=submitter, args=(w,), name=f"stress-{w}", daemon=True)
+            for w in range(int(lvl.level))
+        ]
+        for thread in threads:
+            thread.start()
+        self._join(lvl, threads)
+
+    def _open(self, lvl: _Level) -> None:
+        rate = float(lvl.level)
+        slots = threading.BoundedSemaphore(min(MAX_OPEN_WORKERS, max(16, math.ceil(rate * 10))))
+        rng = random.Random(f"{self.scenario.seed}:{lvl.index}")
+        threads: list[threading.Thread] = []
+
+        def worker(serial: str, planned: float, seed: int) -> None:
+            try:
+                self._one(lvl, random.Random(seed), serial, planned)
+            finally:
+                slots.release()
+
+        arrival = 0
+        while True:
+            planned = lvl.start + arrival / rate
+            if planned >= lvl.hold_end or lvl.stop.is_set():
+                break
+            delay = planned - time.time()
+            if delay > 0 and lvl.stop.wait(delay):
+                break
+            arrival += 1
+            if not slots.acquire(blocking=False):
+                with lvl.lock:
+                    lvl.dropped += 1 if planned >= lvl.warm_end else 0
+                continue
+            thread = threading.Thread(
+                target=worker,
+                args=(f"{lvl.index}-{arrival}", planned, rng.getrandbits(32)),
+                daemon=True,
+            )
+            thread.start()
+            threads.append(thread)
+        self._join(lvl, threads)
+
+    def _join(self, lvl: _Level, threads: list[threading.Thread]) -> None:
+        # Bounded: every wait inside ends by drain_end; the margin covers a last abandon.
+        for thread in threads:
+            thread.join(timeout=max(0.0, lvl.drain_end - time.time()) + 60)
+
+    # -- the ramp ---------------------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Stop submitting (from a signal handler or another thread); run() then returns
+        what was measured so far."""
+        self._interrupted = True
+        if self._current is not None:
+            self._current.halt()
+
+    def run(self) -> RunResult:
+        from gpupoolctl.stress import knee, metrics, result, thresholds
+
+        self._interrupted = False
+        scenario = self.scenario
+        levels: list[LevelResult] = []
+        stopped: str | None = None
+        total = len(scenario.levels)
+
+        def checks(level_result: LevelResult) -> list[Any]:
+            return thresholds.evaluate(scenario.thresholds, level_result)
+
+        try:
+            for index, level in enumerate(scenario.levels):
+                lvl = _Level(scenario, index, float(level), time.time())
+                self._current = lvl
+                if self._interrupted:
+                    lvl.halt()
+                self.on_event(LevelStarted(index, total, lvl.level, lvl.hold_end - lvl.start))
+                (self._open if scenario.model == "open" else self._closed)(lvl)
+                summary = metrics.summarize_level(
+                    lvl.samples,
+                    level=lvl.level,
+                    model=scenario.model,
+                    warmup_s=scenario.warmup_s,
+                    hold_s=scenario.hold_s,
+                    window=lvl.window(),
+                    dropped=lvl.dropped,
+                    evaluate=checks if scenario.thresholds else None,
+                )
+                levels.append(summary)
+                self.on_event(LevelDone(index, total, summary))
+                if self._interrupted:
+                    stopped = f"interrupted during level {level:g}"
+                    break
+                streak = thresholds.broken_streak(levels)
+                if scenario.thresholds and streak >= scenario.stop_after_breaks:
+                    stopped = (
+                        f"thresholds broken at {streak} levels in a row "
+                        f"(last: {level:g}); higher levels not run"
+                    )
+                    break
+        finally:
+            self._current = None
+            self.backend.close()
+        curve = [lv.level for lv in levels]
+        knees = knee.find_knees(
+            curve,
+            [lv.throughput for lv in levels],
+            [lv.queue_wait.p95 for lv in levels],
+            model=scenario.model,
+        )
+        return RunResult(
+            scenario=scenario.to_dict(),
+            levels=levels,
+            knees=knees,
+            backend=self.backend.name,
+            transport=self.backend.transport,
+            stopped_early=stopped,
+            **result.environment(),
+        )
