@@ -7,6 +7,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -148,7 +149,14 @@ def launch(
     env.update(visible)
     env["GPUPOOL_JOB_ID"] = request["job_id"]
     env["GPUPOOL_JOB_DIR"] = str(folder)
-    report = _spawn(request["argv"], env, request["workdir"] or os.path.expanduser("~"), folder)
+    env.pop("GPUPOOL_SIM_STATE", None)
+    if sim is not None:  # so a workload can read its simulated card
+        from gpupoolctl.sim.state import SimState
+
+        state = SimState.path_for(host, sim.get("state_dir"))
+        env["GPUPOOL_SIM_STATE"] = str(state.absolute())
+    argv = _builtin_workload(request["argv"], env)
+    report = _spawn(argv, env, request["workdir"] or os.path.expanduser("~"), folder)
     if "error" in report:
         raise AgentError(f"launch: {report['error']}", "LaunchFailed")
     if sim is not None:
@@ -160,6 +168,20 @@ def launch(
         "started": report["started"],
         "visible": visible,
     }
+
+
+def _builtin_workload(argv: list[str], env: dict[str, str]) -> list[str]:
+    """`gpupoolctl-workload ...` runs a workload that ships with the agent (meta.json keeps
+    the argv as requested): the node's python, with this payload first on PYTHONPATH."""
+    from gpupoolctl.agent.workloads import WORKLOAD_COMMAND
+
+    if argv[0] != WORKLOAD_COMMAND:
+        return argv
+    import gpupoolctl
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(gpupoolctl.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return [sys.executable or "python3", "-m", "gpupoolctl.agent.workloads", *argv[1:]]
 
 
 def _show_on_sim_gpus(host: str, sim: dict[str, Any], request: dict[str, Any], pid: int) -> None:
