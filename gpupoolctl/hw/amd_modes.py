@@ -170,7 +170,7 @@ def _check(product: AmdProduct, where: str) -> None:
         raise AmdModesError(f"{_DATA_FILE}: {where}: unknown modes {sorted(unknown)}")
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)  # noqa: UP033 - the agent also runs on python 3.8
 def products() -> dict[str, AmdProduct]:
     """All products in the data file, by key."""
     raw = pkgutil.get_data("gpupoolctl.hw", _DATA_FILE)

@@ -88,7 +88,7 @@ class NvidiaModel:
     mig: MigGeometry | None
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)  # noqa: UP033 - the agent also runs on python 3.8
 def _raw() -> dict[str, Any]:
     blob = pkgutil.get_data("gpupoolctl.hw", _DATA_FILE)
     if blob is None:
@@ -136,7 +136,7 @@ def _model(key: str, raw: dict[str, Any]) -> NvidiaModel:
     )
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)  # noqa: UP033 - the agent also runs on python 3.8
 def nvidia_models() -> dict[str, NvidiaModel]:
     """All known NVIDIA models by catalog key ("H100-SXM5-80GB", ...)."""
     try:

@@ -22,8 +22,14 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
+from gpupoolctl.errors import GpupoolError
 from gpupoolctl.stress.backend import Backend, SubmitRefused, Work
 from gpupoolctl.stress.model import LevelResult, RunResult, Sample
+
+
+class HarnessError(GpupoolError):
+    """The harness or its backend broke (not the system under test being slow): exit 1."""
+
 
 REFUSED_BACKOFF_S = 0.05  # a refused submit is retried no faster than this (no hot loop)
 MAX_OPEN_WORKERS = 1024
@@ -63,6 +69,22 @@ class _Level:
         self.lock = threading.Lock()
         self.stop = threading.Event()  # set on interrupt: submit nothing more
         self.stopped_at: float | None = None
+        self.crash: BaseException | None = None  # the first unexpected error of a worker
+
+    def guarded(self, target: Callable[..., None]) -> Callable[..., None]:
+        """A worker body whose unexpected error stops the level instead of vanishing
+        with its thread (it is re-raised by the runner as a harness error)."""
+
+        def run(*args: Any) -> None:
+            try:
+                target(*args)
+            except BaseException as exc:
+                with self.lock:
+                    if self.crash is None:
+                        self.crash = exc
+                self.halt()
+
+        return run
 
     def halt(self) -> None:
         if not self.stop.is_set():
@@ -89,8 +111,10 @@ class Ramp:
         backend: Backend,
         *,
         on_event: Callable[[Event], None] | None = None,
+        open_workers: int | None = None,
     ) -> None:
         self.scenario = scenario
+        self.open_workers = open_workers  # open model: jobs in flight at most (None: auto)
         self.backend = backend
         self.on_event = on_event or (lambda event: None)
         self._shapes = list(scenario.requests)
@@ -161,7 +185,9 @@ class Ramp:
                 self._one(lvl, rng, f"{lvl.index}-{worker}-{count}", None)
 
         threads = [
-            threading.Thread(target=submitter, args=(w,), name=f"stress-{w}", daemon=True)
+            threading.Thread(
+                target=lvl.guarded(submitter), args=(w,), name=f"stress-{w}", daemon=True
+            )
             for w in range(int(lvl.level))
         ]
         for thread in threads:
@@ -170,7 +196,10 @@ class Ramp:
 
     def _open(self, lvl: _Level) -> None:
         rate = float(lvl.level)
-        slots = threading.BoundedSemaphore(min(MAX_OPEN_WORKERS, max(16, math.ceil(rate * 10))))
+        # Enough workers for ten seconds' worth of arrivals: fewer would drop arrivals on
+        # a healthy system; more would only pile threads onto a saturated one.
+        workers = self.open_workers or min(MAX_OPEN_WORKERS, max(16, math.ceil(rate * 10)))
+        slots = threading.BoundedSemaphore(workers)
         rng = random.Random(f"{self.scenario.seed}:{lvl.index}")
         threads: list[threading.Thread] = []
 
@@ -194,7 +223,7 @@ class Ramp:
                     lvl.dropped += 1 if planned >= lvl.warm_end else 0
                 continue
             thread = threading.Thread(
-                target=worker,
+                target=lvl.guarded(worker),
                 args=(f"{lvl.index}-{arrival}", planned, rng.getrandbits(32)),
                 daemon=True,
             )
@@ -236,6 +265,11 @@ class Ramp:
                     lvl.halt()
                 self.on_event(LevelStarted(index, total, lvl.level, lvl.hold_end - lvl.start))
                 (self._open if scenario.model == "open" else self._closed)(lvl)
+                if lvl.crash is not None:
+                    raise HarnessError(
+                        f"the ramp stopped at level {level:g}: {type(lvl.crash).__name__}: "
+                        f"{lvl.crash}"
+                    ) from lvl.crash
                 summary = metrics.summarize_level(
                     lvl.samples,
                     level=lvl.level,

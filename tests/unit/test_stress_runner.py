@@ -1,0 +1,225 @@
+"""The ramp runner against in-process backends whose behaviour each test controls."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from gpupoolctl.stress.backend import Finished, NoopBackend, SubmitRefused, Ticket, Work
+from gpupoolctl.stress.runner import HarnessError, LevelDone, LevelStarted, Ramp
+from gpupoolctl.stress.scenario import Scenario, Workload, parse_threshold
+
+
+def scenario(**fields: object) -> Scenario:
+    base: dict[str, object] = {
+        "name": "unit",
+        "levels": (1, 3),
+        "warmup_s": 0.0,
+        "hold_s": 0.4,
+        "drain_s": 2.0,
+        "job_timeout_s": 5.0,
+        "workload": Workload("sleep", {"seconds": 0.01}),
+    }
+    base.update(fields)
+    return Scenario(**base)  # type: ignore[arg-type]
+
+
+class TimedBackend:
+    """Jobs run `run_s` (wall clock); tracks how many are in flight at once."""
+
+    name = "timed"
+    transport = None
+
+    def __init__(self, run_s: float = 0.02, fail_every: int = 0) -> None:
+        self.run_s = run_s
+        self.fail_every = fail_every
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.count = 0
+        self.closed = False
+        self.names: list[str] = []
+
+    def submit(self, work: Work) -> Ticket:
+        with self.lock:
+            self.count += 1
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            self.names.append(work.name)
+            serial = self.count
+        return Ticket(job_id=f"t-{serial}", accepted=time.time(), phases={"ledger": 0.001})
+
+    def wait(self, ticket: Ticket, timeout: float) -> Finished | None:
+        started = time.time()
+        time.sleep(min(self.run_s, timeout))
+        with self.lock:
+            self.in_flight -= 1
+        serial = int(ticket.job_id.split("-")[1])
+        ok = not (self.fail_every and serial % self.fail_every == 0)
+        return Finished(
+            ok=ok,
+            started=started,
+            ended=time.time(),
+            error=None if ok else "exit code 1",
+            run_s=self.run_s,
+        )
+
+    def abandon(self, ticket: Ticket) -> None:
+        raise AssertionError("no job should be abandoned")
+
+    def warnings(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_closed_model_keeps_exactly_the_level_in_flight_and_records_every_job() -> None:
+    backend = TimedBackend(run_s=0.02)
+    events: list[object] = []
+    result = Ramp(scenario(levels=(1, 4)), backend, on_event=events.append).run()
+    assert backend.most_in_flight == 4  # reached, never exceeded
+    assert backend.closed
+    assert [lv.level for lv in result.levels] == [1.0, 4.0]
+    one, four = result.levels
+    assert one.failed == 0 and four.failed == 0
+    assert four.completed > one.completed  # four submitters did more than one
+    assert one.phases["ledger"] == pytest.approx(0.001)
+    assert one.phases["run"] == pytest.approx(0.02)
+    # The progress callback saw each level start and end, in order.
+    kinds = [(type(e).__name__, getattr(e, "level", None)) for e in events]
+    assert kinds[0] == ("LevelStarted", 1.0) and kinds[-1][0] == "LevelDone"
+    assert sum(isinstance(e, LevelStarted) for e in events) == 2
+    assert sum(isinstance(e, LevelDone) for e in events) == 2
+    assert result.backend == "timed" and result.scenario["name"] == "unit"
+
+
+def test_failed_jobs_count_as_failures_with_their_error() -> None:
+    backend = TimedBackend(run_s=0.005, fail_every=2)
+    result = Ramp(scenario(levels=(2,)), backend).run()
+    level = result.levels[0]
+    assert level.failed > 0 and level.completed > 0
+    assert level.failure_rate == pytest.approx(level.failed / (level.failed + level.completed))
+    assert any("exit code" in message for message in level.errors)
+
+
+class RefusingBackend(NoopBackend):
+    name = "refusing"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def submit(self, work: Work) -> Ticket:
+        self.calls += 1
+        raise SubmitRefused("the pool can never satisfy this request: no slice has 9 TB")
+
+
+def test_refused_submissions_fail_and_are_not_retried_in_a_hot_loop() -> None:
+    backend = RefusingBackend()
+    result = Ramp(scenario(levels=(2,), hold_s=0.5), backend).run()
+    level = result.levels[0]
+    assert level.completed == 0 and level.failed > 0 and level.failure_rate == 1.0
+    # Two submitters backing off 50 ms each over 0.5 s: about 20 calls, never thousands.
+    assert backend.calls <= 2 * (0.5 / 0.05 + 2)
+    assert "no slice has" in next(iter(level.errors))
+
+
+class HangingBackend(TimedBackend):
+    """Jobs never end; abandon records the ticket."""
+
+    name = "hanging"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.abandoned: list[str] = []
+
+    def wait(self, ticket: Ticket, timeout: float) -> Finished | None:
+        time.sleep(timeout)
+        return None
+
+    def abandon(self, ticket: Ticket) -> None:
+        self.abandoned.append(ticket.job_id)
+
+
+def test_jobs_that_never_end_are_abandoned_by_their_time_out() -> None:
+    backend = HangingBackend()
+    started = time.monotonic()
+    result = Ramp(scenario(levels=(2,), hold_s=0.2, job_timeout_s=0.3, drain_s=5.0), backend).run()
+    elapsed = time.monotonic() - started
+    level = result.levels[0]
+    assert sorted(backend.abandoned) == ["t-1", "t-2"]  # one per submitter, each abandoned
+    assert level.failed == 2 and level.completed == 0
+    assert any(message.startswith("timed out after") for message in level.errors)
+    assert elapsed < 5.0  # the job time-out, not the drain, ended the wait
+
+
+def test_jobs_still_running_when_the_drain_ends_are_abandoned() -> None:
+    backend = HangingBackend()
+    result = Ramp(scenario(levels=(1,), hold_s=0.2, job_timeout_s=30.0, drain_s=0.2), backend).run()
+    assert backend.abandoned == ["t-1"]
+    assert "still running when the level's drain ended" in result.levels[0].errors
+
+
+def test_open_model_drops_arrivals_when_no_worker_is_free() -> None:
+    backend = TimedBackend(run_s=1.0)
+    ramp = Ramp(
+        scenario(model="open", levels=(40,), hold_s=0.5, drain_s=3.0),
+        backend,
+        open_workers=2,
+    )
+    level = ramp.run().levels[0]
+    assert backend.most_in_flight == 2
+    assert level.submitted == 2
+    # 40/s for 0.5 s is 20 arrivals; the two workers were busy for all but the first two.
+    assert 15 <= level.dropped <= 19
+
+
+def test_open_model_measures_from_the_planned_arrival() -> None:
+    backend = TimedBackend(run_s=0.01)
+    level = Ramp(scenario(model="open", levels=(20,), hold_s=0.5), backend).run().levels[0]
+    assert level.dropped == 0
+    assert 8 <= level.submitted <= 11  # 20/s over 0.5 s, give or take the window edges
+    assert level.turnaround.p50 is not None and level.turnaround.p50 >= 0.01
+
+
+def test_the_ramp_stops_after_thresholds_break_at_two_levels_in_a_row() -> None:
+    never = parse_threshold("throughput > 1000000/s")
+    backend = TimedBackend(run_s=0.01)
+    result = Ramp(scenario(levels=(1, 2, 3, 4), hold_s=0.2, thresholds=(never,)), backend).run()
+    assert [lv.level for lv in result.levels] == [1.0, 2.0]
+    assert result.stopped_early and "2 levels in a row" in result.stopped_early
+    assert not result.thresholds_ok
+    assert result.levels[0].thresholds[0].expr == "throughput > 1000000/s"
+
+
+def test_interrupt_ends_the_level_early_and_keeps_what_was_measured() -> None:
+    backend = TimedBackend(run_s=0.01)
+    ramp = Ramp(scenario(levels=(1, 2), hold_s=30.0), backend)
+    timer = threading.Timer(0.4, ramp.interrupt)
+    timer.start()
+    started = time.monotonic()
+    result = ramp.run()
+    timer.cancel()
+    assert time.monotonic() - started < 10.0
+    assert len(result.levels) == 1
+    assert result.stopped_early == "interrupted during level 1"
+    level = result.levels[0]
+    assert level.completed > 0
+    assert level.window_s < 5.0  # cut at the interrupt, not the 30 s hold
+    assert backend.closed
+
+
+def test_a_broken_backend_stops_the_ramp_as_a_harness_error_and_is_closed() -> None:
+    class Exploding(TimedBackend):
+        def submit(self, work: Work) -> Ticket:
+            raise RuntimeError("boom")
+
+    backend = Exploding()
+    started = time.monotonic()
+    with pytest.raises(HarnessError, match="level 1: RuntimeError: boom"):
+        Ramp(scenario(levels=(1, 2), hold_s=30.0), backend).run()
+    assert time.monotonic() - started < 10.0  # it did not sit out the 30 s hold
+    assert backend.closed
