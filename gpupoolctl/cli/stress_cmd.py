@@ -2,7 +2,8 @@
 
 Parse, call gpupoolctl.stress, render. Exit codes: 0 ok; 1 harness error (unreadable
 result, a backend that could not start); 2 usage; 4 a threshold broke during the ramp, or
-`compare` found a regression.
+`compare` found a regression; 130 the ramp was interrupted (what it measured is still
+shown and saved).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ COMPARE_COLUMNS = (
     Column("verdict", "VERDICT"),
 )
 BACKENDS = ("pool", "noop")
+INTERRUPTED = 128 + signal.SIGINT  # what shells report for Ctrl-C; the results still count
 
 
 # -- ramp -----------------------------------------------------------------------------------
@@ -309,6 +311,8 @@ def ramp(
     _show(settings, outcome, plot=plot, baseline=baseline)
     if outcome.stopped_early:
         warn(outcome.stopped_early)
+    if runner.interrupted:
+        raise typer.Exit(INTERRUPTED)
     if not outcome.thresholds_ok:
         raise typer.Exit(int(ExitCode.CHECK_FAILED))
 

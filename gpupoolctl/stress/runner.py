@@ -33,6 +33,7 @@ class HarnessError(GpupoolError):
 
 REFUSED_BACKOFF_S = 0.05  # a refused submit is retried no faster than this (no hot loop)
 MAX_OPEN_WORKERS = 1024
+WAIT_SLICE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,7 @@ class Ramp:
         self._weights = [float(s.weight) for s in self._shapes]
         self._argv = scenario.workload.argv()
         self._current: _Level | None = None
+        self.interrupted = False
 
     # -- one job ----------------------------------------------------------------------------
 
@@ -148,17 +150,24 @@ class Ramp:
         sample.phases.update(ticket.phases)
         deadline = min(sample.submitted + self.scenario.job_timeout_s, lvl.drain_end)
         call = perf_counter()
-        finished = self.backend.wait(ticket, max(0.0, deadline - time.time()))
+        finished = None
+        # In short waits, so that an interrupt is noticed within WAIT_SLICE_S.
+        while finished is None and not lvl.stop.is_set():
+            left = deadline - time.time()
+            if left <= 0:
+                break
+            finished = self.backend.wait(ticket, min(left, WAIT_SLICE_S))
         if finished is None:
             self.backend.abandon(ticket)
             spent_in_backend += perf_counter() - call
             sample.ended = time.time()
             overdue = sample.submitted + self.scenario.job_timeout_s <= lvl.drain_end
-            sample.error = (
-                f"timed out after {self.scenario.job_timeout_s:g}s"
-                if overdue
-                else "still running when the level's drain ended"
-            )
+            if lvl.stop.is_set():
+                sample.error = "cancelled: the ramp was interrupted"
+            elif overdue:
+                sample.error = f"timed out after {self.scenario.job_timeout_s:g}s"
+            else:
+                sample.error = "still running when the level's drain ended"
         else:
             spent_in_backend += perf_counter() - call
             sample.started = finished.started
@@ -241,14 +250,13 @@ class Ramp:
     def interrupt(self) -> None:
         """Stop submitting (from a signal handler or another thread); run() then returns
         what was measured so far."""
-        self._interrupted = True
+        self.interrupted = True
         if self._current is not None:
             self._current.halt()
 
     def run(self) -> RunResult:
         from gpupoolctl.stress import knee, metrics, result, thresholds
 
-        self._interrupted = False
         scenario = self.scenario
         levels: list[LevelResult] = []
         stopped: str | None = None
@@ -261,7 +269,7 @@ class Ramp:
             for index, level in enumerate(scenario.levels):
                 lvl = _Level(scenario, index, float(level), time.time())
                 self._current = lvl
-                if self._interrupted:
+                if self.interrupted:
                     lvl.halt()
                 self.on_event(LevelStarted(index, total, lvl.level, lvl.hold_end - lvl.start))
                 (self._open if scenario.model == "open" else self._closed)(lvl)
@@ -282,7 +290,7 @@ class Ramp:
                 )
                 levels.append(summary)
                 self.on_event(LevelDone(index, total, summary))
-                if self._interrupted:
+                if self.interrupted:
                     stopped = f"interrupted during level {level:g}"
                     break
                 streak = thresholds.broken_streak(levels)

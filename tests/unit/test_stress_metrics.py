@@ -73,17 +73,24 @@ def test_window_is_half_open_and_warmup_is_excluded():
     assert (level.completed, level.failed) == (2, 0)
 
 
-def test_throughput_counts_ok_endings_inside_the_window_whatever_the_submit_time():
+def test_throughput_credits_each_ok_job_with_the_share_of_its_life_inside_the_window():
     samples = [
-        job(8.0, wait=0.5, run=1.0),  # warm-up submit, ends at 9.5: before the window
-        job(9.0, wait=0.5, run=1.0),  # warm-up submit, ends at 10.5: counts
-        job(12.0),  # ends at 13.5: counts
-        job(18.0, wait=0.5, run=1.0),  # ends at 19.5: counts
-        job(19.0, wait=0.5, run=1.0),  # ends at 20.5: after the window
-        job(13.0, ok=False, error="exit code 1"),  # ended inside, but not ok
+        job(8.0, wait=0.5, run=1.0),  # 8.0 .. 9.5: before the window, no credit
+        job(9.0, wait=0.5, run=1.0),  # 9.0 .. 10.5: one third inside
+        job(12.0, wait=0.5, run=1.0),  # 12.0 .. 13.5: all inside
+        job(19.0, wait=0.5, run=1.0),  # 19.0 .. 20.5: two thirds inside
+        job(13.0, ok=False, error="exit code 1"),  # inside, but not ok: no credit
     ]
     level = summarize(samples)
-    assert level.throughput == pytest.approx(3 / 10.0)
+    assert level.throughput == pytest.approx((1 / 3 + 1 + 2 / 3) / 10.0)
+
+
+def test_back_to_back_jobs_give_the_same_throughput_wherever_their_waves_fall():
+    # One closed-model submitter running 3 s jobs back to back: 1/3 job per second, whether
+    # its completions fall just inside or just outside the window's edges.
+    for offset in (0.0, 0.5, 1.0, 2.9):
+        samples = [job(offset + 3.0 * k, wait=0.0, run=3.0) for k in range(-2, 10)]
+        assert summarize(samples).throughput == pytest.approx(1 / 3)
 
 
 def test_failures_include_refusals_bad_exits_and_timeouts_without_ended():

@@ -1,0 +1,263 @@
+"""`stress ramp / compare / report` end to end: the real CLI in a subprocess, the bundled
+simulated pool, real jobs (the built-in sim workload) launched through the agent."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DGX = "sg-dgx01"  # eight whole H100s: one node, so every job shares one contention model
+SIGMA, KAPPA = 0.05, 0.04
+MODEL_PEAK = math.sqrt((1 - SIGMA) / KAPPA)  # about 4.9 jobs at once on the node
+
+KNEE_SCENARIO = f"""\
+name: knee-check
+levels: 1..8+1
+warmup: 1s
+hold: 5s
+drain: 15s
+job-timeout: 60s
+workload:
+  kind: sim
+  work: 1s
+  sigma: {SIGMA}
+  kappa: {KAPPA}
+requests:
+  - mem: 10G
+"""
+
+
+@pytest.fixture
+def stress_cli(cli):
+    """The cli fixture, and afterwards no job of the test left running."""
+    yield cli
+    for pid_file in Path(cli.sim_dir).glob("jobs/*/*/pid.json"):
+        pgid = json.loads(pid_file.read_text())["pgid"]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def noop_ramp(cli, *extra: str) -> Any:
+    return cli(
+        "stress",
+        "ramp",
+        "--backend",
+        "noop",
+        "--levels",
+        "1,2,4,8,16",
+        "--warmup",
+        "0s",
+        "--hold",
+        "300ms",
+        *extra,
+    )
+
+
+def test_a_ramp_on_the_sim_pool_finds_the_knee_the_contention_model_puts_there(
+    stress_cli,
+) -> None:
+    scenario = Path(stress_cli.tmp) / "knee.yaml"
+    scenario.write_text(KNEE_SCENARIO)
+    run = stress_cli(
+        "-l",
+        DGX,
+        "stress",
+        "ramp",
+        "--scenario",
+        str(scenario),
+        "--save",
+        "knee.json",
+        "-o",
+        "json",
+        timeout=300,
+    )
+    assert run.code == 0, run.stderr
+    result = run.json()
+    assert json.loads((Path(stress_cli.cwd) / "knee.json").read_text()) == result
+    levels = result["levels"]
+    assert [lv["level"] for lv in levels] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert all(lv["failed"] == 0 and lv["completed"] > 0 for lv in levels), run.stderr
+    # The jobs really shared the node: alone a job runs ~1 s; with eight submitters, several
+    # times that (3.6x if all eight always ran at once; fewer do, as each also spends time
+    # submitting), and the ramp attributes the time to the node, not to the submit path.
+    assert levels[-1]["phases"]["run"] > 2.0 * levels[0]["phases"]["run"]
+    knees = result["knees"]
+    print(json.dumps(knees, indent=1))  # shown when the test fails
+    usl = knees["usl"]
+    assert usl["method"] == "usl" and usl["level"] is not None, usl
+    # Where the model puts the end-to-end peak: each job also spends a near-constant `o`
+    # outside the node (submit, launch, reaping), measured at level 1, so a job cycle is
+    # o + T1 (1 + sigma (n-1) + kappa n (n-1)), whose throughput peaks at
+    # sqrt((T1 + o - sigma T1) / (kappa T1)) (MODEL_PEAK when o = 0).
+    first = levels[0]
+    run_1 = first["phases"]["run"]
+    outside = first["turnaround"]["mean"] - run_1
+    expected = math.sqrt((run_1 + outside - SIGMA * run_1) / (KAPPA * run_1))
+    assert MODEL_PEAK <= expected < 2 * MODEL_PEAK
+    # The band allows for the submit path itself slowing as the two cores fill up.
+    assert 0.6 * expected <= usl["level"] <= 1.4 * expected, (usl, expected)
+    assert usl["extra"]["kappa"] > 0.01  # crosstalk was found, not invented from noise
+    kneedle = knees["kneedle"]
+    assert kneedle["level"] is not None and kneedle["level"] <= usl["level"] + 1, kneedle
+    # The pool is left as it was found: nothing running, nothing held, the ledger clean.
+    jobs = stress_cli("-q", "jobs", "-o", "json")
+    assert jobs.code == 0 and [j for j in jobs.json() if j["state"] == "running"] == []
+    verify = stress_cli("-q", "ledger", "verify")
+    assert verify.code == 0, verify.stdout + verify.stderr
+
+
+def test_noop_ramp_reports_levels_knees_and_a_harness_far_cheaper_than_a_submit(cli) -> None:
+    run = noop_ramp(cli, "-o", "json")
+    assert run.code == 0, run.stderr
+    result = run.json()
+    assert result["backend"] == "noop" and result["format"] == "gpupoolctl-stress/1"
+    assert [lv["level"] for lv in result["levels"]] == [1, 2, 4, 8, 16]
+    assert {"kneedle", "usl", "latency"} == set(result["knees"])
+    for point in result["knees"].values():
+        assert point["level"] is not None or point["note"]  # a point, or why there is none
+    assert all(lv["submitted"] > 100 for lv in result["levels"])  # the harness is not slow
+    # Per submission the harness costs well under a millisecond; one pooled submit through
+    # the ledger and an agent call costs tens of milliseconds or more (see the pool ramps).
+    assert max(lv["harness_s"] for lv in result["levels"]) < 0.001
+
+
+def test_thresholds_stop_the_ramp_and_exit_4(cli) -> None:
+    run = noop_ramp(cli, "--threshold", "throughput > 1000000000/s", "-o", "json")
+    assert run.code == 4, run.stderr
+    result = run.json()
+    assert len(result["levels"]) == 2  # broken twice in a row: no third level
+    assert "thresholds broken at 2 levels in a row" in run.stderr
+    assert result["levels"][0]["thresholds"][0]["ok"] is False
+
+
+def test_a_ramp_within_its_thresholds_exits_0_and_shows_a_table(cli) -> None:
+    run = noop_ramp(cli, "--threshold", "failure_rate < 1%")
+    assert run.code == 0, run.stderr
+    assert "LEVEL" in run.stdout and "JOBS/S" in run.stdout
+    assert "Capacity peak (USL fit" in run.stdout
+
+
+def _regress(source: Path, target: Path, factor: float) -> None:
+    data = json.loads(source.read_text())
+    for level in data["levels"]:
+        level["throughput"] *= factor
+    target.write_text(json.dumps(data))
+
+
+def test_compare_exits_0_on_the_same_run_4_on_a_regression_1_on_a_broken_file(cli) -> None:
+    assert noop_ramp(cli, "--save", "base.json", "-q").code == 0
+    base = Path(cli.cwd) / "base.json"
+    same = cli("stress", "compare", "base.json", "--baseline", "base.json")
+    assert same.code == 0, same.stderr
+    _regress(base, Path(cli.cwd) / "slow.json", 0.5)
+    slow = cli("stress", "compare", "slow.json", "--baseline", "base.json", "-o", "json")
+    assert slow.code == 4, slow.stderr
+    verdict = slow.json()
+    assert verdict["regressed"] is True
+    assert any("throughput" in sentence for sentence in verdict["regressions"])
+    # A generous tolerance lets the same drop pass.
+    lenient = cli(
+        "stress",
+        "compare",
+        "slow.json",
+        "--baseline",
+        "base.json",
+        "--tolerance",
+        "throughput=60%",
+    )
+    assert lenient.code == 0, lenient.stderr
+    (Path(cli.cwd) / "broken.json").write_text('{"format": "gpupoolctl-stress/1",\n  "levels": [')
+    broken = cli("stress", "compare", "broken.json", "--baseline", "base.json")
+    assert broken.code == 1
+    assert broken.stderr.count("\n") == 1 and "broken.json:" in broken.stderr
+    assert "Traceback" not in broken.stderr
+    bad_tolerance = cli("stress", "compare", "base.json", "-b", "base.json", "--tolerance", "x=1")
+    assert bad_tolerance.code == 2 and "x" in bad_tolerance.stderr
+
+
+def test_report_renders_a_saved_run_as_table_plot_and_html(cli) -> None:
+    assert noop_ramp(cli, "--save", "run.json", "-q").code == 0
+    shown = cli("stress", "report", "run.json", "--plot", "--html", "run.html", "-b", "run.json")
+    assert shown.code == 0, shown.stderr
+    assert "JOBS/S" in shown.stdout and "throughput" in shown.stdout.lower()
+    page = (Path(cli.cwd) / "run.html").read_text()
+    assert page.count("<svg") >= 3 and "baseline" in page.lower()
+    as_csv = cli("stress", "report", "run.json", "-o", "csv")
+    assert as_csv.code == 0
+    header, *rows = as_csv.stdout.strip().splitlines()
+    assert header.startswith("level,") and len(rows) == 5
+
+
+def test_bad_scenario_file_is_one_line_naming_file_and_line(cli) -> None:
+    (Path(cli.cwd) / "bad.yaml").write_text("name: x\nlevels: 1,2,4\nhold: soon\n")
+    run = cli("stress", "ramp", "--scenario", "bad.yaml", "--backend", "noop")
+    assert run.code in (1, 2)
+    assert "bad.yaml:3" in run.stderr and run.stderr.count("\n") == 1, run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_ctrl_c_stops_the_ramp_cancels_its_jobs_and_keeps_the_results(stress_cli) -> None:
+    home = Path(stress_cli.tmp) / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "XDG_"))}
+    env.update({"HOME": str(home), "GPUPOOL_SIM_DIR": str(stress_cli.sim_dir)})
+    argv = [
+        sys.executable,
+        "-m",
+        "gpupoolctl.cli.main",
+        "-l",
+        DGX,
+        "stress",
+        "ramp",
+        "--levels",
+        "2,4",
+        "--warmup",
+        "0s",
+        "--hold",
+        "60s",
+        "--workload",
+        "sleep",
+        "--work",
+        "30s",
+        "--save",
+        "part.json",
+    ]
+    proc = subprocess.Popen(
+        argv,
+        cwd=stress_cli.cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        running: list[Any] = []
+        while time.monotonic() < deadline and len(running) < 2:
+            time.sleep(0.5)
+            listing = stress_cli("-q", "jobs", "-o", "json")
+            running = [j for j in listing.json() if j["state"] == "running"]
+        assert len(running) == 2, "the ramp's two jobs never started"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    saved = json.loads((Path(stress_cli.cwd) / "part.json").read_text())
+    assert saved["stopped_early"] == "interrupted during level 2"
+    assert len(saved["levels"]) == 1
+    after = stress_cli("-q", "jobs", "--all", "-o", "json").json()
+    ramp_jobs = [j for j in after if (j.get("name") or "").startswith("stress-")]
+    assert ramp_jobs and all(j["state"] == "cancelled" for j in ramp_jobs), ramp_jobs
