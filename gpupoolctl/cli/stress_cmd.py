@@ -240,6 +240,7 @@ def ramp(
         typer.Option(
             "--threshold",
             "-t",
+            metavar="EXPR",
             help="'queue_wait.p95 < 5s', 'failure_rate < 1%'; repeat; replaces the "
             "scenario's. Broken at two levels in a row: the ramp stops; any broken: exit 4.",
         ),
@@ -331,7 +332,8 @@ def compare(
         str | None,
         typer.Option(
             "--tolerance",
-            help="throughput=10%,p95=25%,failures=1%,knee=20% (defaults shown).",
+            help="throughput=10%,p95=25%,p95_abs=50ms,failure_rate=1%,knee=20%,kneedle=1 "
+            "(the defaults; give only the ones to change).",
         ),
     ] = None,
 ) -> None:
