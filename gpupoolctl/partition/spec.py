@@ -38,13 +38,14 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import yaml
 
 from gpupoolctl.errors import SourceError, UsageError
 from gpupoolctl.hw.amd_modes import COMPUTE_MODE_NAMES, MEMORY_MODE_NAMES
 from gpupoolctl.partition.profiles import ProfileName, parse_profile_name
+from gpupoolctl.yamlsource import YamlSource
 
 ENTRY_KEYS: tuple[str, ...] = (
     "devices",
@@ -132,75 +133,19 @@ def _norm_pci(value: str) -> str:
     return "0x" + digits.upper().rjust(8, "0")
 
 
-# --- YAML nodes with line numbers -----------------------------------------------------------
-
-
-class _Reader:
-    def __init__(self, text: str, source: str) -> None:
-        self.source = source
-        self.loader = yaml.SafeLoader(text)
-
-    def fail(self, node: yaml.Node | None, message: str) -> SourceError:
-        line = node.start_mark.line + 1 if node is not None else None
-        return SourceError(self.source, line, message)
-
-    def root(self) -> yaml.Node | None:
-        try:
-            return self.loader.get_single_node()
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            line = mark.line + 1 if mark else None
-            raise SourceError(self.source, line, f"not valid YAML: {exc.problem}") from None
-        except yaml.YAMLError as exc:
-            raise SourceError(self.source, None, f"not valid YAML: {exc}") from None
-
-    def scalar(self, node: yaml.Node) -> Any:
-        if not isinstance(node, yaml.ScalarNode):
-            return _NotScalar
-        try:
-            return self.loader.construct_object(node, deep=True)
-        except yaml.YAMLError as exc:
-            raise self.fail(node, f"bad value: {exc}") from None
-
-    def mapping(self, node: yaml.Node, what: str) -> list[tuple[str, yaml.Node, yaml.Node]]:
-        """(key, key node, value node) in file order; duplicate keys are refused."""
-        if not isinstance(node, yaml.MappingNode):
-            raise self.fail(node, f"{what} must be a mapping")
-        out: list[tuple[str, yaml.Node, yaml.Node]] = []
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            key = self.scalar(key_node)
-            if key is _NotScalar or key is None:
-                raise self.fail(key_node, f"{what}: keys must be plain strings")
-            key = str(key)
-            if key in seen:
-                raise self.fail(key_node, f"{what}: duplicate key {key!r}")
-            seen.add(key)
-            out.append((key, key_node, value_node))
-        return out
-
-
-class _NotScalarType:
-    pass
-
-
-_NotScalar: Any = _NotScalarType()
-
-
 def parse_spec(text: str, source: str = "<stdin>") -> Spec:
     """Parse a spec from text; SourceError names source:line and what was expected."""
-    reader = _Reader(text, source)
+    reader = YamlSource(text, source)
     root = reader.root()
     if root is None:
         raise SourceError(source, None, "empty file; expected 'version: v1' and 'mig-configs'")
-    top = reader.mapping(root, "the file")
-    keys = {key: (key_node, value) for key, key_node, value in top}
+    keys = reader.mapping(root, "the file", scalar_keys=True)
     if "version" not in keys:
         raise reader.fail(root, "missing required field 'version' (expected 'version: v1')")
     version = reader.scalar(keys["version"][1])
     if version != "v1":
         raise reader.fail(keys["version"][1], f"unknown version: {version!r}; expected v1")
-    for key, key_node, _ in top:
+    for key, (key_node, _) in keys.items():
         if key not in ("version", "mig-configs"):
             raise reader.fail(key_node, f"unexpected field {key!r}; valid: version, mig-configs")
     if "mig-configs" not in keys:
@@ -208,10 +153,10 @@ def parse_spec(text: str, source: str = "<stdin>") -> Spec:
     configs_node = keys["mig-configs"][1]
     configs: dict[str, list[SpecEntry]] = {}
     labels: list[str] = []
-    items = reader.mapping(configs_node, "mig-configs")
+    items = reader.mapping(configs_node, "mig-configs", scalar_keys=True)
     if not items:
         raise reader.fail(configs_node, "at least one entry in 'mig-configs' is required")
-    for label, label_node, value in items:
+    for label, (label_node, value) in items.items():
         if not isinstance(value, yaml.SequenceNode) or not value.value:
             raise reader.fail(
                 label_node if not isinstance(value, yaml.SequenceNode) else value,
@@ -239,12 +184,12 @@ def load_spec(path: str | os.PathLike[str]) -> Spec:
     return parse_spec(text, name)
 
 
-def _entry(reader: _Reader, label: str, node: yaml.Node) -> SpecEntry:
+def _entry(reader: YamlSource, label: str, node: yaml.Node) -> SpecEntry:
     what = f"mig-configs.{label} entry"
-    items = reader.mapping(node, what)
+    items = reader.mapping(node, what, scalar_keys=True)
     lines: dict[str, int] = {}
     values: dict[str, yaml.Node] = {}
-    for key, key_node, value in items:
+    for key, (key_node, value) in items.items():
         if key not in ENTRY_KEYS:
             raise reader.fail(
                 key_node, f"unexpected field {key!r} in {what}; valid: {', '.join(ENTRY_KEYS)}"
@@ -305,24 +250,24 @@ def _entry(reader: _Reader, label: str, node: yaml.Node) -> SpecEntry:
     )
 
 
-def _devices(reader: _Reader, node: yaml.Node) -> Literal["all"] | tuple[int, ...]:
+def _devices(reader: YamlSource, node: yaml.Node) -> Literal["all"] | tuple[int, ...]:
     expected = "devices must be 'all' or a list of GPU indexes such as [0, 1]"
     if isinstance(node, yaml.SequenceNode):
         out = []
         for item in node.value:
             value = reader.scalar(item)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise reader.fail(item, f"{expected}; got {_show(value)}")
+                raise reader.fail(item, f"{expected}; got {value!r}")
             out.append(value)
         return tuple(out)
     value = reader.scalar(node)
     if value == "all":
         return "all"
     hint = f" (write [{value}])" if isinstance(value, int) and not isinstance(value, bool) else ""
-    raise reader.fail(node, f"{expected}; got {_show(value)}{hint}")
+    raise reader.fail(node, f"{expected}; got {value!r}{hint}")
 
 
-def _device_filter(reader: _Reader, node: yaml.Node) -> tuple[str, ...]:
+def _device_filter(reader: YamlSource, node: yaml.Node) -> tuple[str, ...]:
     nodes = node.value if isinstance(node, yaml.SequenceNode) else [node]
     out = []
     for item in nodes:
@@ -333,43 +278,42 @@ def _device_filter(reader: _Reader, node: yaml.Node) -> tuple[str, ...]:
             raise reader.fail(
                 item,
                 'device-filter must be a PCI device id such as "0x233010DE" '
-                f"or a list of them; got {_show(value)}",
+                f"or a list of them; got {value!r}",
             )
         out.append(_norm_pci(value))
     return tuple(out)
 
 
-def _hosts(reader: _Reader, node: yaml.Node) -> tuple[str, ...]:
+def _hosts(reader: YamlSource, node: yaml.Node) -> tuple[str, ...]:
     nodes = node.value if isinstance(node, yaml.SequenceNode) else [node]
     out = []
     for item in nodes:
         value = reader.scalar(item)
         if not isinstance(value, str) or not value.strip():
-            raise reader.fail(
-                item, f"hosts must be inventory host or group names; got {_show(value)}"
-            )
+            raise reader.fail(item, f"hosts must be inventory host or group names; got {value!r}")
         out.append(value.strip())
     if not out:
         raise reader.fail(node, "hosts must name at least one host or group")
     return tuple(out)
 
 
-def _mode(reader: _Reader, node: yaml.Node | None, valid: tuple[str, ...], key: str) -> str | None:
+def _mode(
+    reader: YamlSource, node: yaml.Node | None, valid: tuple[str, ...], key: str
+) -> str | None:
     if node is None:
         return None
     value = reader.scalar(node)
     if isinstance(value, str) and value.strip().upper() in valid:
         return value.strip().upper()
-    raise reader.fail(
-        node, f"{key}-partition must be one of {', '.join(valid)}; got {_show(value)}"
-    )
+    raise reader.fail(node, f"{key}-partition must be one of {', '.join(valid)}; got {value!r}")
 
 
-def _mig_devices(reader: _Reader, node: yaml.Node) -> tuple[MigDevice, ...]:
+def _mig_devices(reader: YamlSource, node: yaml.Node) -> tuple[MigDevice, ...]:
     if isinstance(node, yaml.ScalarNode) and reader.scalar(node) is None:
         raise reader.fail(node, "mig-devices must be a mapping of profile to count (or {})")
     out = []
-    for key, key_node, value_node in reader.mapping(node, "mig-devices"):
+    parts = reader.mapping(node, "mig-devices", scalar_keys=True)
+    for key, (key_node, value_node) in parts.items():
         line = key_node.start_mark.line + 1
         name, _, start_text = key.partition("@")
         try:
@@ -396,9 +340,3 @@ def _mig_devices(reader: _Reader, node: yaml.Node) -> tuple[MigDevice, ...]:
             raise reader.fail(value_node, f"{key!r}: a pinned instance needs a count >= 1")
         out.append(MigDevice(key=key, profile=profile, count=count, start=start, line=line))
     return tuple(out)
-
-
-def _show(value: Any) -> str:
-    if value is _NotScalar:
-        return "a list or mapping"
-    return repr(value)
