@@ -55,3 +55,37 @@ def ssh_target(sshd_fleet: SshdFleet) -> TargetFactory:
         return target_from_vars(name or host.name, sshd_fleet.host_vars(host, **extra))
 
     return make
+
+
+# -- a real Slurm cluster (tests/slurm.py) ------------------------------------------------
+
+from tests.slurm import SlurmCluster, slurm_missing_reason, start_cluster  # noqa: E402
+
+SlurmFactory = Callable[..., SlurmCluster]
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmFactory]:
+    """slurm_cluster(**start_cluster options) -> a running cluster (munged, slurmctld, one
+    slurmd on 127.0.0.1), each in its own temp folder. The same options give the same
+    cluster back, so `slurm_cluster()` is one shared default cluster (node1, gpu:test:2).
+    Everything started is stopped at the end of the session. Skips when not root or Slurm is
+    not installed, and fails instead under CI=true."""
+    reason = slurm_missing_reason()
+    if reason:
+        if _in_ci():  # CI installs slurm-wlm and runs as root: this is a broken CI image
+            pytest.fail(f"CI=true but the real-Slurm tests cannot run: {reason}")
+        pytest.skip(f"real-Slurm tests need root and slurm-wlm + munge: {reason}")
+    started: dict[str, SlurmCluster] = {}
+
+    def start(**options: Any) -> SlurmCluster:
+        key = repr(sorted((name, repr(value)) for name, value in options.items()))
+        if key not in started:
+            started[key] = start_cluster(tmp_path_factory.mktemp("slurm"), **options)
+        return started[key]
+
+    try:
+        yield start
+    finally:
+        for cluster in started.values():
+            cluster.stop()
