@@ -141,6 +141,12 @@ def _progress(settings: Settings) -> Any:
             )
         elif isinstance(event, LevelDone):
             level = event.result
+            if level.submitted == 0:
+                warn(
+                    f"level {level.level:g}: no job was submitted inside the steady window "
+                    "(a job cycle is longer than warm-up + hold), so its latencies are not "
+                    "measured: lengthen --hold"
+                )
             notice(
                 f"level {level.level:g}: {format_rate(level.throughput)} jobs/s, "
                 f"queue wait p95 {format_duration(level.queue_wait.p95)}, "

@@ -24,7 +24,7 @@ file names file:line and what was expected. Threshold syntax: gpupoolctl.stress.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +37,6 @@ from gpupoolctl.sched.policies import POLICIES
 from gpupoolctl.stress.levels import (
     LEVEL_FORMS,
     MAX_LEVELS,
-    MAX_RATE,
     MODELS,
     bounded_seconds,
     check_levels,
@@ -82,13 +81,6 @@ MAX_PHASE_S = 86400.0  # warm-up, hold, drain, job time-out: a day is already a 
 MAX_POLL_S = 60.0
 
 
-def _model_levels(levels: Sequence[float], model: str) -> tuple[float, ...]:
-    """check_levels with the open-model cap read from this module's MAX_RATE at each call,
-    so that a benchmark can lift the cap for its own process by setting
-    gpupoolctl.stress.scenario.MAX_RATE (bench/stress-harness does)."""
-    return check_levels(levels, model, max_rate=MAX_RATE)
-
-
 # --- the scenario ------------------------------------------------------------------------
 
 # The key in files (flags: with _ for -), the Scenario field, whether zero is allowed,
@@ -131,7 +123,7 @@ class Scenario:
                 f"scenario name: expected text of 1..200 characters, got {self.name!r}"
             )
         set_ = object.__setattr__
-        set_(self, "levels", _model_levels(tuple(self.levels), self.model))
+        set_(self, "levels", check_levels(tuple(self.levels), self.model))
         for _, attr, allow_zero, most in _TIMINGS:
             value = bounded_seconds(getattr(self, attr), attr, allow_zero=allow_zero, most=most)
             set_(self, attr, value)
@@ -355,10 +347,10 @@ def _file_levels(
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise doc.fail(item, f"levels: expected a number > 0, got {value!r}")
             with doc.at(item):
-                _model_levels([value], model)
+                check_levels([value], model)
             numbers.append(float(value))
         with doc.at(owner):
-            return _model_levels(numbers, model)
+            return check_levels(numbers, model)
     if isinstance(node, yaml.MappingNode):
         parts = doc.mapping(node, "levels", ("from", "to", "factor", "step"))
         numbers_of: dict[str, float] = {}
@@ -378,13 +370,13 @@ def _file_levels(
                 factor=numbers_of.get("factor"),
                 step=numbers_of.get("step"),
             )
-            return _model_levels(levels, model)
+            return check_levels(levels, model)
     value = doc.scalar(node)
     with doc.at(node):
         if isinstance(value, str):
-            return _model_levels(parse_levels(value), model)
+            return check_levels(parse_levels(value), model)
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return _model_levels([float(value)], model)
+            return check_levels([float(value)], model)
     raise doc.fail(node, f"{expected}; got {value!r}")
 
 

@@ -114,8 +114,8 @@ def test_check_levels_per_model() -> None:
         check_levels((1, 1.5), "closed")
     with pytest.raises(UsageError, match=r"1\.\.1024"):
         check_levels((1, 2048), "closed")
-    with pytest.raises(UsageError, match="at most 1000"):
-        check_levels((1, 2000), "open")
+    with pytest.raises(UsageError, match="at most 10000"):
+        check_levels((1, 20000), "open")
     with pytest.raises(UsageError, match="unknown model 'half-open'"):
         check_levels((1,), "half-open")
 
@@ -501,7 +501,7 @@ def test_scenario_from_dict_errors() -> None:
         ({"seed": 1.5}, "seed: expected a whole number"),
         ({"name": " "}, "scenario name"),
         ({"requests": ()}, "at least one request shape"),
-        ({"model": "open", "levels": (1, 5000)}, "at most 1000"),
+        ({"model": "open", "levels": (1, 50000)}, "at most 10000"),
         ({"poll_s": 120}, "at most 60s"),
     ],
 )
@@ -620,7 +620,7 @@ def test_file_levels_forms(tmp_path: Path, levels: str, expected: tuple[float, .
         ("levels:\n  - 2\n  - 1\n", 1, ["must increase"]),
         ("levels:\n  from: 1\n  to: 8\n", 1, ["factor"]),
         ("levels: 4,2\n", 1, ["must increase"]),
-        ("model: open\nlevels: 1..5000x2\n", 2, ["at most 1000"]),
+        ("model: open\nlevels: 1..50000x2\n", 2, ["at most 10000"]),
         ("levels: {from: 1, to: 8}\n", 1, ["'factor' (geometric) or 'step'"]),
         ("levels: {from: 1, to: 8, factor: 2, step: 1}\n", 1, ["either 'factor'"]),
         ("levels: {from: 1, upto: 8}\n", 1, ["unknown key 'upto'", "from, to, factor, step"]),
@@ -773,7 +773,7 @@ def test_flags_workloads() -> None:
         ({"cmd": "echo 'open"}, "--cmd: workload cmd: cannot split"),
         ({"mem": "lots"}, "--profile/--mem/--gpus: bad memory size"),
         ({"thresholds": ["latency < 1s"]}, "unknown metric 'latency'"),
-        ({"model": "open", "levels": "1..5000x2"}, "at most 1000"),
+        ({"model": "open", "levels": "1..50000x2"}, "at most 10000"),
         ({"job_timeout": "1s", "work": "5s"}, "must be longer"),
     ],
 )
