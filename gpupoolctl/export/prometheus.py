@@ -1,0 +1,310 @@
+"""Pool and stress metrics in Prometheus' text exposition format, for node_exporter's
+textfile collector (or any scraper of a .prom file).
+
+Pool metrics come from the ledger alone (no node is contacted): slices by host, kind,
+profile and state, their memory, allocations held, jobs by state, queue entries, the
+ledger's record count and problems, and when it was read. Stress metrics come from saved
+runs (`gpupoolctl-stress/1` files): per level throughput, queue wait p95 and failure ratio,
+and the knees, each labelled with the run's scenario.
+
+Names follow Prometheus' conventions: a `gpupoolctl_` prefix, base units (seconds, bytes,
+ratios), `_total` only on counters. A value that was not measured is left out, never
+written as 0 (0 would claim a measurement).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpupoolctl.errors import GpupoolError, UsageError
+
+if TYPE_CHECKING:
+    from gpupoolctl.ledger.state import State
+    from gpupoolctl.stress.model import RunResult
+
+TEXTFILE_NAME = "gpupoolctl.prom"
+TEXTFILE_MODE = 0o644  # node_exporter runs as its own user and must read it
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+TYPES = ("counter", "gauge", "untyped")
+MIB = 1024 * 1024
+# Jobs the ledger keeps as state; ended jobs are history (see ledger.state.JOB_TERMINAL).
+ACTIVE_JOB_STATES = ("queued", "pending", "running")
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class Family:
+    """One metric: its name, type, help, and samples (label pairs -> value)."""
+
+    name: str
+    type: str
+    help: str
+    samples: dict[Labels, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not METRIC_NAME.fullmatch(self.name) or self.type not in TYPES:
+            raise ValueError(f"bad metric {self.name!r} of type {self.type!r}")
+        if self.type == "counter" and not self.name.endswith("_total"):
+            raise ValueError(f"counter {self.name!r} must end in _total")
+
+    def add(self, value: float, **labels: str) -> None:
+        for name in labels:
+            if not LABEL_NAME.fullmatch(name) or name.startswith("__"):
+                raise ValueError(f"bad label name {name!r} on {self.name}")
+        key = tuple(sorted(labels.items()))
+        if key in self.samples:
+            raise ValueError(f"{self.name}{dict(key)} given twice")
+        self.samples[key] = value
+
+
+# -- rendering -----------------------------------------------------------------------------
+
+
+def render(families: Iterable[Family]) -> str:
+    """The exposition text: per family `# HELP`, `# TYPE`, then its samples. Families
+    without samples are left out; the text ends with a newline."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    for family in families:
+        if not family.samples:
+            continue
+        if family.name in seen:
+            raise ValueError(f"metric {family.name} rendered twice")
+        seen.add(family.name)
+        lines.append(f"# HELP {family.name} {_escape_help(family.help)}")
+        lines.append(f"# TYPE {family.name} {family.type}")
+        for labels, value in family.samples.items():
+            lines.append(f"{family.name}{_label_text(labels)} {format_value(value)}")
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def format_value(value: float) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        return str(value)
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(float(value))
+
+
+def _escape_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def escape_label_value(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _label_text(labels: Labels) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{escape_label_value(v)}"' for k, v in labels) + "}"
+
+
+# -- pool metrics from the ledger ----------------------------------------------------------
+
+
+def pool_families(state: State, now: str, read_at: float) -> list[Family]:
+    """The ledger's view of the pool at `now` (its own time text), read at `read_at`
+    (seconds since the epoch)."""
+    slices = Family(
+        "gpupoolctl_slices",
+        "gauge",
+        "Slices the ledger knows, by host, kind (gpu, mig, partition, vf), profile and "
+        "state (free or held).",
+    )
+    memory = Family(
+        "gpupoolctl_slice_memory_bytes",
+        "gauge",
+        "GPU memory of those slices, by host, kind, profile and state.",
+    )
+    counts: Counter[tuple[str, str, str, str]] = Counter()
+    mem: Counter[tuple[str, str, str, str]] = Counter()
+    for slice_id, entry in state.slices.items():
+        held = state.holder(slice_id, now) is not None
+        key = (
+            str(entry.get("host") or ""),
+            str(entry.get("kind") or ""),
+            str(entry.get("profile") or entry.get("kind") or ""),  # whole cards: "gpu"
+            "held" if held else "free",
+        )
+        counts[key] += 1
+        mem[key] += int(entry.get("memory_mib") or 0) * MIB
+    for key in sorted(counts):
+        host, kind, profile, status = key
+        slices.add(counts[key], host=host, kind=kind, profile=profile, state=status)
+        memory.add(mem[key], host=host, kind=kind, profile=profile, state=status)
+
+    jobs = Family(
+        "gpupoolctl_jobs",
+        "gauge",
+        "Jobs the ledger holds, by state (queued, pending, running; ended jobs are history).",
+    )
+    by_state = Counter(str(job.get("state")) for job in state.jobs.values())
+    for name in ACTIVE_JOB_STATES:
+        jobs.add(by_state.get(name, 0), state=name)
+
+    return [
+        slices,
+        memory,
+        _single("gpupoolctl_allocations_held", "Allocations holding slices now.",
+                len(state.active(now))),
+        jobs,
+        _single("gpupoolctl_queue_entries", "Requests waiting in the queue.", len(state.queue)),
+        _single(
+            "gpupoolctl_ledger_records_total",
+            "Records written to the ledger (its last sequence number).",
+            state.seq,
+            kind="counter",
+        ),
+        _single(
+            "gpupoolctl_ledger_problems",
+            "Problems replay found in the ledger (see `gpupoolctl ledger verify`).",
+            len(state.problems),
+        ),
+        _single(
+            "gpupoolctl_ledger_read_timestamp_seconds",
+            "When this export read the ledger, in seconds since the epoch.",
+            read_at,
+        ),
+    ]  # fmt: skip
+
+
+def _single(name: str, help_text: str, value: float, kind: str = "gauge") -> Family:
+    family = Family(name, kind, help_text)
+    family.add(value)
+    return family
+
+
+# -- stress metrics from saved runs --------------------------------------------------------
+
+
+def scenario_name(result: RunResult, source: str) -> str:
+    """The run's scenario name, or the file's stem when the run has none."""
+    name = result.scenario.get("name") if isinstance(result.scenario, dict) else None
+    return str(name) if name else Path(source).stem
+
+
+def level_text(level: float) -> str:
+    """A level as a label value: 8 for 8.0, the exact float otherwise (distinct levels
+    never share a label)."""
+    return str(int(level)) if float(level).is_integer() else repr(float(level))
+
+
+def stress_families(runs: Sequence[tuple[str, RunResult]]) -> list[Family]:
+    """Metrics of saved runs, given as (file name, result). Two runs of the same scenario
+    would give the same series twice: that is a usage error naming both files."""
+    from gpupoolctl.ledger.units import parse_ts
+
+    throughput = Family(
+        "gpupoolctl_stress_throughput_jobs_per_second",
+        "gauge",
+        "Jobs ended ok per second of a level's steady window.",
+    )
+    wait = Family(
+        "gpupoolctl_stress_queue_wait_p95_seconds",
+        "gauge",
+        "95th percentile of queue wait (submit to start on the node) at a level.",
+    )
+    failures = Family(
+        "gpupoolctl_stress_failure_ratio",
+        "gauge",
+        "Failed jobs over ended jobs at a level (0 to 1).",
+    )
+    knees = Family(
+        "gpupoolctl_stress_knee_level",
+        "gauge",
+        "Knee points by method: kneedle (diminishing returns of throughput), usl (capacity "
+        "peak N* of the Universal Scalability Law fit), latency (queue wait p95 leaves its "
+        "low-load baseline). Absent when the run found none.",
+    )
+    created = Family(
+        "gpupoolctl_stress_run_timestamp_seconds",
+        "gauge",
+        "When the run was made, in seconds since the epoch.",
+    )
+    sources: dict[str, str] = {}
+    for source, result in runs:
+        scenario = scenario_name(result, source)
+        if scenario in sources:
+            raise UsageError(
+                f"--stress: {sources[scenario]} and {source} are both runs of scenario "
+                f"{scenario!r}; give one run per scenario"
+            )
+        sources[scenario] = source
+        for level in result.levels:
+            labels = {"scenario": scenario, "level": level_text(level.level)}
+            throughput.add(level.throughput, **labels)
+            failures.add(level.failure_rate, **labels)
+            if level.queue_wait.p95 is not None:
+                wait.add(level.queue_wait.p95, **labels)
+        if result.knees is not None:
+            for point in (result.knees.kneedle, result.knees.usl, result.knees.latency):
+                if point.level is not None and math.isfinite(point.level):
+                    knees.add(point.level, scenario=scenario, method=point.method)
+        # A run without a readable time still has its levels.
+        with contextlib.suppress(UsageError):
+            created.add(parse_ts(result.created).timestamp(), scenario=scenario)
+    return [throughput, wait, failures, knees, created]
+
+
+# -- the textfile --------------------------------------------------------------------------
+
+
+def write_textfile(folder: Path, text: str, name: str = TEXTFILE_NAME) -> Path:
+    """Write `folder/name` atomically: node_exporter may read the folder at any moment, so
+    the text goes to a temp file there (not ending in .prom, which the collector ignores),
+    is fsynced, then renamed over the old file; the folder is fsynced after."""
+    if not folder.is_dir():
+        raise UsageError(
+            f"--textfile {folder}: not a folder (give node_exporter's textfile folder)"
+        )
+    target = folder / name
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+    except OSError as exc:
+        raise GpupoolError(f"{target}: cannot write: {exc.strerror or exc}") from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fchmod(out.fileno(), TEXTFILE_MODE)
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except OSError as exc:
+        _remove_quietly(tmp)
+        raise GpupoolError(f"{target}: cannot write: {exc.strerror or exc}") from exc
+    _fsync_folder(folder)
+    return target
+
+
+def _remove_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return  # the rename is done; a folder we cannot open cannot be fsynced either
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
