@@ -1,0 +1,345 @@
+"""`gpupoolctl export`: the pool in the formats of the tools people run at scale.
+
+Each target is one command function below: it reads what it needs (facts from the selected
+nodes with `_read_nodes`, the ledger with `_read_ledger`), calls its library module under
+gpupoolctl.export, writes the target's own format with `_write`, and ends with
+`_exit_if_unreachable` (exit 3 when some hosts could not be read; what is known is still
+exported). Adding a target is adding one such decorated function.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from gpupoolctl.cli import pool
+from gpupoolctl.cli.console import notice, warn
+from gpupoolctl.cli.settings import OutputFormat, Settings
+from gpupoolctl.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from gpupoolctl.cli.partition_fanout import HostFacts
+    from gpupoolctl.inventory import Inventory
+    from gpupoolctl.ledger import View
+
+app = typer.Typer(
+    help="Export the pool for other tools: Kubernetes (GPU operator), mig-parted, "
+    "Prometheus (node_exporter textfile), Ansible (dynamic inventory).",
+    no_args_is_help=True,
+)
+
+
+# -- shared steps --------------------------------------------------------------------------
+
+
+def _read_nodes(settings: Settings) -> tuple[Inventory, list[HostFacts]]:
+    """The inventory, and the facts of every selected host (read or not)."""
+    from gpupoolctl.cli.partition_fanout import HostFacts
+
+    selection = pool.select(settings)
+    targets = selection.targets()
+    results = pool.fan_out(settings, targets, {"v": 1, "verb": "facts", "args": {}})
+    hosts = [
+        HostFacts(host, target, result)
+        for host, target, result in zip(selection.hosts, targets, results, strict=True)
+    ]
+    return selection.inventory, hosts
+
+
+def _load_inventory(settings: Settings) -> Inventory:
+    """The inventory alone, without contacting any host."""
+    inventory = pool.load(settings)
+    for message in inventory.warnings:
+        warn(message)
+    return inventory
+
+
+def _facts(hosts: list[HostFacts]) -> dict[str, dict[str, Any]]:
+    """Facts of the hosts that could be read, in inventory order."""
+    return {host.name: host.facts for host in hosts if host.ok}
+
+
+def _outcomes(hosts: list[HostFacts]) -> list[dict[str, Any]]:
+    return [{"name": h.name, "outcome": h.result.outcome, "error": h.result.error} for h in hosts]
+
+
+def _exit_if_unreachable(hosts: list[HostFacts]) -> None:
+    down = [host for host in hosts if not host.ok]
+    for host in down:
+        warn(f"{host.name}: {host.result.outcome}: {host.result.error} (left out of the export)")
+    if down:
+        raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+def _read_ledger(settings: Settings) -> View:
+    """The ledger's current state (never written); its warnings go to stderr."""
+    from gpupoolctl.cli.ledger_cmd import open_ledger
+
+    ledger = open_ledger(settings)
+    try:
+        if not ledger.path.exists():
+            notice(f"no ledger at {ledger.path}: nothing allocated yet", quiet=settings.quiet)
+        view = ledger.read()
+    finally:
+        ledger.close()
+    for message in view.warnings:
+        warn(message)
+    return view
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+
+
+def _structured(settings: Settings, data: Any) -> None:
+    from gpupoolctl.cli.render import emit
+
+    emit(settings, data=data, rows=[], columns=[])
+
+
+def _refuse_output(settings: Settings, allowed: tuple[OutputFormat, ...], target: str) -> None:
+    """-o values a target has no meaning for are usage errors, not silently ignored."""
+    if settings.output not in (OutputFormat.auto, OutputFormat.table, *allowed):
+        names = ", ".join(f.value for f in allowed) or "none"
+        raise UsageError(
+            f"export {target} writes its own format; -o {settings.output.value} does not "
+            f"apply (allowed: {names})"
+        )
+
+
+# -- k8s -----------------------------------------------------------------------------------
+
+
+class K8sFormat(StrEnum):
+    manifest = "manifest"
+    commands = "commands"
+
+
+@app.command("k8s")
+def k8s(
+    ctx: typer.Context,
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="The GPU operator's namespace.")
+    ] = "gpu-operator",
+    output_format: Annotated[
+        K8sFormat,
+        typer.Option(
+            "--format",
+            help="manifest: YAML for `kubectl apply -f -` (the ConfigMap); commands: a shell "
+            "script that applies it and labels every node.",
+        ),
+    ] = K8sFormat.manifest,
+    pool_name: Annotated[
+        str | None,
+        typer.Option(
+            "--pool", help="Value of the gpupoolctl.io/pool label. Default: the inventory's name."
+        ),
+    ] = None,
+) -> None:
+    """Node labels and a mig-parted ConfigMap for NVIDIA's GPU operator (mig-manager).
+
+    The ConfigMap gpupoolctl-mig-parted-config holds config.yaml: a mig-parted v1 config
+    with one named config per distinct current MIG layout (plus all-disabled). A node's
+    label nvidia.com/mig.config=NAME makes mig-manager apply that config there; other labels
+    (gpupoolctl.io/pool, host, gpu.vendor, gpu.model, gpu.count, islands) are informational.
+    A host's inventory var k8s_node_name names its Kubernetes node (default: the host name).
+
+    Labels are not written as Node objects: `kubectl apply` of a partial Node would create
+    a phantom node wherever a name is missing. So:
+
+      gpupoolctl export k8s | kubectl apply -f -          # the ConfigMap
+
+      gpupoolctl export k8s --format commands | sh        # ConfigMap, then kubectl label
+
+      gpupoolctl export k8s -o yaml                       # for tools: ConfigMap + labels
+
+    Point the operator at the ConfigMap with
+    --set migManager.config.name=gpupoolctl-mig-parted-config. Exit 3 when some hosts
+    could not be read (they are left out; the rest is exported).
+    """
+    from gpupoolctl.export.k8s import NODE_NAME_VAR, check_namespace, k8s_export
+
+    settings: Settings = ctx.obj
+    _refuse_output(settings, (OutputFormat.json, OutputFormat.yaml), "k8s")
+    check_namespace(namespace)
+    inventory, hosts = _read_nodes(settings)
+    node_names = {
+        h.name: str(h.host.vars[NODE_NAME_VAR]) for h in hosts if h.host.vars.get(NODE_NAME_VAR)
+    }
+    export = k8s_export(
+        _facts(hosts),
+        pool=pool_name or Path(inventory.source).stem,
+        namespace=namespace,
+        node_names=node_names,
+    )
+    if settings.output in (OutputFormat.json, OutputFormat.yaml):
+        _structured(settings, {**export.to_dict(), "hosts": _outcomes(hosts)})
+    elif output_format is K8sFormat.commands:
+        _write(export.commands())
+    else:
+        _write(export.manifest())
+    _exit_if_unreachable(hosts)
+
+
+# -- mig-parted ----------------------------------------------------------------------------
+
+
+@app.command("mig-parted")
+def mig_parted(
+    ctx: typer.Context,
+    label: Annotated[
+        str, typer.Option("--config-label", help="The label to write the state under.")
+    ] = "current",
+) -> None:
+    """The current layout as a mig-parted v1 config (YAML; JSON with -o json).
+
+    The same document as `gpupoolctl partition export`: GPUs in the same state grouped per
+    device id, and, when hosts differ, each entry naming its hosts (gpupoolctl's addition,
+    like AMD partitions and SR-IOV). `gpupoolctl partition apply -f FILE -c current` on the
+    same hosts changes nothing; keep it to restore today's layout later:
+
+      gpupoolctl export mig-parted > layout-$(date +%F).yaml
+
+    Exit 3 when some hosts could not be read (they are left out).
+    """
+    from gpupoolctl.cli.partition_cmd import export
+
+    export(ctx, label=label)
+
+
+# -- prometheus ----------------------------------------------------------------------------
+
+
+@app.command("prometheus")
+def prometheus(
+    ctx: typer.Context,
+    textfile: Annotated[
+        Path | None,
+        typer.Option(
+            "--textfile",
+            help="node_exporter's textfile folder: writes DIR/gpupoolctl.prom atomically. "
+            "Default: stdout.",
+        ),
+    ] = None,
+    stress: Annotated[
+        list[Path] | None,
+        typer.Option("--stress", help="A saved stress run (gpupoolctl-stress/1 JSON); repeatable."),
+    ] = None,
+) -> None:
+    """Pool and stress metrics in Prometheus' text format, for node_exporter's textfile
+    collector (--collector.textfile.directory).
+
+    From the ledger (no node is contacted): gpupoolctl_slices and
+    gpupoolctl_slice_memory_bytes by host, kind, profile and state (free/held),
+    gpupoolctl_allocations_held, gpupoolctl_jobs by state, gpupoolctl_queue_entries,
+    gpupoolctl_ledger_records_total, gpupoolctl_ledger_problems and
+    gpupoolctl_ledger_read_timestamp_seconds. With --stress, per scenario and level:
+    gpupoolctl_stress_throughput_jobs_per_second, gpupoolctl_stress_queue_wait_p95_seconds,
+    gpupoolctl_stress_failure_ratio; per scenario the knees (gpupoolctl_stress_knee_level,
+    method kneedle, usl or latency) and gpupoolctl_stress_run_timestamp_seconds.
+
+    From cron, every minute:
+
+      * * * * *  gpupoolctl -q export prometheus --textfile /var/lib/node_exporter/textfile
+
+    A file is replaced atomically, so the collector never reads half of it.
+    """
+    import time
+
+    from gpupoolctl.export.prometheus import pool_families, render, stress_families
+    from gpupoolctl.ledger.units import parse_ts
+    from gpupoolctl.stress.result import load
+
+    settings: Settings = ctx.obj
+    _refuse_output(settings, (), "prometheus")
+    runs = [(str(path), load(path)) for path in stress or []]
+    view = _read_ledger(settings)
+    try:
+        read_at = parse_ts(view.now).timestamp()
+    except UsageError:
+        read_at = time.time()
+    text = render([*pool_families(view.state, view.now, read_at), *stress_families(runs)])
+    if textfile is None:
+        _write(text)
+        return
+    from gpupoolctl.export.prometheus import write_textfile
+
+    written = write_textfile(textfile, text)
+    notice(f"wrote {written}", quiet=settings.quiet)
+
+
+# -- ansible -------------------------------------------------------------------------------
+
+
+@app.command("ansible")
+def ansible(
+    ctx: typer.Context,
+    facts: Annotated[
+        bool,
+        typer.Option(
+            "--facts/--no-facts",
+            help="Read the selected nodes for gpupool_gpus, _vendor, _model, _islands, _mig "
+            "(--no-facts: no connection, only the inventory and the ledger).",
+        ),
+    ] = True,
+    list_: Annotated[
+        bool, typer.Option("--list", help="Print the whole inventory (the default).")
+    ] = False,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Print one host's vars (Ansible's script protocol)."),
+    ] = None,
+) -> None:
+    """The inventory as `ansible-inventory --list` JSON, with gpupoolctl's facts as vars.
+
+    Groups, hosts and vars are what ansible-inventory prints for the same inventory; each
+    host also gets gpupool_slices from the ledger (id, kind, profile, gpu, memory_mib,
+    state) and, from its node, gpupool_gpus, gpupool_vendor, gpupool_model, gpupool_islands
+    and gpupool_mig. Where the inventory already sets such a var, its value is kept. The
+    whole inventory is exported; -l only limits which nodes are read.
+
+    Save it, or use it as a dynamic inventory through a two-line script:
+
+      gpupoolctl export ansible > pool.json
+
+      #!/bin/sh   (pool.sh, executable)
+
+      exec gpupoolctl -q -i fleet.yaml export ansible --no-facts "$@"
+
+      ansible-inventory -i pool.sh --list
+
+    Exit 3 when some nodes could not be read (their facts are missing; the rest is there).
+    """
+    import json
+
+    from gpupoolctl.export.ansible import ansible_export, ledger_slices
+
+    settings: Settings = ctx.obj
+    _refuse_output(settings, (OutputFormat.json,), "ansible")
+    if list_ and host is not None:
+        raise UsageError("export ansible: give --list or --host, not both")
+    hosts: list[HostFacts] = []
+    if facts:
+        inventory, hosts = _read_nodes(settings)
+    else:
+        inventory = _load_inventory(settings)
+    view = _read_ledger(settings)
+    export = ansible_export(
+        inventory,
+        facts_by_host=_facts(hosts),
+        slices_by_host=ledger_slices(view.state, view.now),
+    )
+    for message in export.warnings:
+        warn(message)
+    if host is not None:
+        found = export.host_vars(host)
+        if found is None:
+            raise UsageError(f"export ansible --host {host}: no such host in the inventory")
+        _write(json.dumps(found, indent=2) + "\n")
+    else:
+        _write(json.dumps(export.document, indent=2) + "\n")
+    _exit_if_unreachable(hosts)
