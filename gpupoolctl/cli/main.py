@@ -10,6 +10,7 @@ import typer
 
 from gpupoolctl import __version__
 from gpupoolctl.cli import (
+    export_cmd,
     inventory_cmd,
     jobs_cmd,
     ledger_cmd,
@@ -41,6 +42,7 @@ ledger_cmd.register(app)
 jobs_cmd.register(app)
 app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(stress_cmd.app, name="stress")
+app.add_typer(export_cmd.app, name="export")
 
 
 def _version(value: bool) -> None:
