@@ -333,8 +333,11 @@ def _wait(cluster: SlurmCluster, daemon: Daemon, what: str, ready: object) -> No
 
 
 def _registered(state: str) -> bool:
-    # UNKNOWN (and a trailing '*', not responding) until slurmd registers.
-    return bool(state) and not state.startswith("UNKNOWN") and not state.endswith("*")
+    # UNKNOWN (a trailing '*': not responding) until slurmd registers; a registration that
+    # slurmctld rejected leaves it UNKNOWN+DRAIN+INVALID_REG.
+    if not state or state.endswith("*"):
+        return False
+    return not state.startswith("UNKNOWN") or "INVALID_REG" in state
 
 
 def start_cluster(

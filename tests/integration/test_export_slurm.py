@@ -120,3 +120,22 @@ def test_a_type_the_node_lacks_is_refused(cluster: SlurmCluster, exported: Slurm
     )
     assert done.returncode != 0
     assert "Requested node configuration is not available" in done.stderr
+
+
+def test_count_only_gres_is_dropped_by_slurmd(
+    slurm_cluster: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Why the export warns without File= paths: Slurm's gres/gpu plugin drops file-less
+    GPUs, so the node registers with none and is drained for the mismatch."""
+    slices = _sim_pool_slices(tmp_path_factory.mktemp("slurm-count-only"))
+    config = slurm_config([s for s in slices if s["host"] == LIVE_NODE])
+    assert config.warnings
+    cluster = slurm_cluster(
+        node_lines=config.slurm_conf(), gres_conf=config.gres_conf(), require_idle=False
+    )
+    try:
+        node = cluster.node(LIVE_NODE)
+        assert "DRAIN" in node["State"], node
+        assert "gres/gpu count reported lower than configured" in node.get("Reason", ""), node
+    finally:
+        cluster.stop()
