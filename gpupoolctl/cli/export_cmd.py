@@ -151,11 +151,10 @@ def k8s(
     Labels are not written as Node objects: `kubectl apply` of a partial Node would create
     a phantom node wherever a name is missing. So:
 
-      gpupoolctl export k8s | kubectl apply -f -          # the ConfigMap
-
-      gpupoolctl export k8s --format commands | sh        # ConfigMap, then kubectl label
-
-      gpupoolctl export k8s -o yaml                       # for tools: ConfigMap + labels
+    \b
+      gpupoolctl export k8s | kubectl apply -f -      # the ConfigMap
+      gpupoolctl export k8s --format commands | sh    # the ConfigMap, then kubectl label
+      gpupoolctl export k8s -o yaml                   # for tools: ConfigMap and labels
 
     Point the operator at the ConfigMap with
     --set migManager.config.name=gpupoolctl-mig-parted-config. Exit 3 when some hosts
@@ -202,6 +201,7 @@ def mig_parted(
     like AMD partitions and SR-IOV). `gpupoolctl partition apply -f FILE -c current` on the
     same hosts changes nothing; keep it to restore today's layout later:
 
+    \b
       gpupoolctl export mig-parted > layout-$(date +%F).yaml
 
     Exit 3 when some hosts could not be read (they are left out).
@@ -244,9 +244,10 @@ def prometheus(
 
     From cron, every minute:
 
+    \b
       * * * * *  gpupoolctl -q export prometheus --textfile /var/lib/node_exporter/textfile
 
-    A file is replaced atomically, so the collector never reads half of it.
+    The file is replaced atomically, so the collector never reads half of it.
     """
     import time
 
@@ -302,15 +303,15 @@ def ansible(
     and gpupool_mig. Where the inventory already sets such a var, its value is kept. The
     whole inventory is exported; -l only limits which nodes are read.
 
-    Save it, or use it as a dynamic inventory through a two-line script:
+    Save it, or use gpupoolctl as a dynamic inventory script (pool.sh, executable):
 
+    \b
       gpupoolctl export ansible > pool.json
+      printf '#!/bin/sh\\nexec gpupoolctl -q -i fleet.yaml export ansible --no-facts "$@"\\n' \\
+          > pool.sh
+      chmod +x pool.sh && ansible-inventory -i pool.sh --list
 
-      #!/bin/sh   (pool.sh, executable)
-
-      exec gpupoolctl -q -i fleet.yaml export ansible --no-facts "$@"
-
-      ansible-inventory -i pool.sh --list
+    --no-facts keeps it fast and never exits 3 (Ansible rejects a script that fails).
 
     Exit 3 when some nodes could not be read (their facts are missing; the rest is there).
     """
