@@ -344,3 +344,67 @@ def ansible(
     else:
         _write(json.dumps(export.document, indent=2) + "\n")
     _exit_if_unreachable(hosts)
+
+
+# -- slurm ---------------------------------------------------------------------------------
+
+
+@app.command("slurm")
+def slurm(
+    ctx: typer.Context,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            "--only",
+            help="Write one piece: slurm.conf (GresTypes and node lines) or gres.conf. "
+            "Default: both, each under a comment naming its file.",
+        ),
+    ] = None,
+    placeholder_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--placeholder-dir",
+            help="Give every slice a stand-in device file DIR/HOST/gpuK (simulated nodes: "
+            "Slurm drops GPUs without File=; create them with mknod PATH c 1 3).",
+        ),
+    ] = None,
+    cpus: Annotated[int | None, typer.Option("--cpus", help="CPUs= on every node line.")] = None,
+    real_memory: Annotated[
+        int | None, typer.Option("--real-memory", help="RealMemory= (MiB) on every node line.")
+    ] = None,
+) -> None:
+    """The pool's slices as Slurm GRES: `gpu` typed by card model and slice profile.
+
+    From the ledger (no node is contacted; run `gpupoolctl pool` first): for slurm.conf,
+    GresTypes=gpu and `NodeName=HOST Gres=gpu:h100:6,gpu:h100_1g.10gb:7`; gres.conf with
+    `NodeName=HOST Name=gpu Type=TYPE Count=N` per node and type. Types: whole cards by
+    model (h100, a100, mi300x), MIG instances as model_profile (h100_1g.10gb), AMD
+    partitions as model_modes (mi300x_cpx.nps4), SR-IOV VFs as model_vf.N.
+
+    \b
+      gpupoolctl export slurm --only gres.conf > /etc/slurm/gres.conf
+      gpupoolctl export slurm --only slurm.conf >> /etc/slurm/slurm.conf
+    """
+    from gpupoolctl.export.slurm import slurm_config
+
+    settings: Settings = ctx.obj
+    _refuse_output(settings, (), "slurm")
+    if only not in (None, "slurm.conf", "gres.conf"):
+        raise UsageError(f"export slurm --only {only}: give slurm.conf or gres.conf")
+    view = _read_ledger(settings)
+    if not view.state.slices:
+        notice("the ledger has no slices: run `gpupoolctl pool` first", quiet=settings.quiet)
+    config = slurm_config(
+        view.state.slices.values(),
+        placeholder_dir=placeholder_dir,
+        cpus=cpus,
+        real_memory_mib=real_memory,
+    )
+    for message in config.warnings:
+        warn(message)
+    if only == "slurm.conf":
+        _write(config.slurm_conf())
+    elif only == "gres.conf":
+        _write(config.gres_conf())
+    else:
+        _write(config.text())

@@ -169,23 +169,46 @@ def test_bad_input_is_a_usage_error(
 # -- the bundled sim pool -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def sim_slices(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """The ledger's slices after `gpupoolctl pool` on the bundled sim pool (private HOME)."""
-    folder = tmp_path_factory.mktemp("sim-pool")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "XDG_"))}
-    env.update({"HOME": str(folder / "home"), "GPUPOOL_SIM_DIR": str(folder / "sim")})
-    done = subprocess.run(
-        [sys.executable, "-m", "gpupoolctl.cli.main", "-q", "pool"],
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpupoolctl.cli.main", *args],
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
         stdin=subprocess.DEVNULL,
     )
+
+
+@pytest.fixture(scope="module")
+def sim_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A private HOME where `gpupoolctl pool` has recorded the bundled sim pool's slices."""
+    folder = tmp_path_factory.mktemp("sim-pool")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "XDG_"))}
+    env.update({"HOME": str(folder / "home"), "GPUPOOL_SIM_DIR": str(folder / "sim")})
+    done = _cli(env, "-q", "pool")
     assert done.returncode == 0, done.stderr
-    ledger = Ledger(Path(env["HOME"]) / ".local" / "state" / "gpupoolctl" / "ledger.jsonl")
+    return env
+
+
+@pytest.fixture(scope="module")
+def sim_slices(sim_env: dict[str, str]) -> list[dict[str, Any]]:
+    ledger = Ledger(Path(sim_env["HOME"]) / ".local" / "state" / "gpupoolctl" / "ledger.jsonl")
     return list(ledger.read().state.slices.values())
+
+
+def test_cli_prints_the_library_export(
+    sim_env: dict[str, str], sim_slices: list[dict[str, Any]]
+) -> None:
+    expected = slurm_config(sim_slices, placeholder_dir="/d")
+    done = _cli(sim_env, "export", "slurm", "--only", "gres.conf", "--placeholder-dir", "/d")
+    assert (done.returncode, done.stdout) == (0, expected.gres_conf()), done.stderr
+    done = _cli(sim_env, "export", "slurm")
+    assert (done.returncode, done.stdout) == (0, slurm_config(sim_slices).text())
+    assert "File=" in done.stderr  # the count-only warning
+    done = _cli(sim_env, "export", "slurm", "--only", "nodes")
+    assert done.returncode == 2
+    assert "give slurm.conf or gres.conf" in done.stderr
 
 
 def test_sim_pool_counts_match_the_ledger(sim_slices: list[dict[str, Any]]) -> None:
