@@ -240,22 +240,18 @@ def _knee_levels(
     return None
 
 
+def _not_comparable(metric: str, base: KneePoint | None, cur: KneePoint | None) -> ComparisonRow:
+    return ComparisonRow(
+        metric, None, base.level if base else None, cur.level if cur else None, None, None, "n/a"
+    )
+
+
 def _usl(out: Comparison, baseline: RunResult, current: RunResult, tol: Tolerances) -> None:
     base = baseline.knees.usl if baseline.knees else None
     cur = current.knees.usl if current.knees else None
     levels = _knee_levels(out, "USL capacity peak", base, cur)
     if levels is None:
-        out.rows.append(
-            ComparisonRow(
-                "knee.usl",
-                None,
-                base.level if base else None,
-                cur.level if cur else None,
-                None,
-                None,
-                "n/a",
-            )
-        )
+        out.rows.append(_not_comparable("knee.usl", base, cur))
         return
     b, c = levels
     limit = b * (1 - tol.knee)
@@ -276,17 +272,7 @@ def _kneedle(out: Comparison, baseline: RunResult, current: RunResult, tol: Tole
     cur = current.knees.kneedle if current.knees else None
     levels = _knee_levels(out, "Kneedle knee", base, cur)
     if levels is None:
-        out.rows.append(
-            ComparisonRow(
-                "knee.kneedle",
-                None,
-                base.level if base else None,
-                cur.level if cur else None,
-                None,
-                None,
-                "n/a",
-            )
-        )
+        out.rows.append(_not_comparable("knee.kneedle", base, cur))
         return
     b, c = levels
     # Steps are counted on the baseline's level grid: the levels in [c, b) or [b, c).
