@@ -64,6 +64,26 @@ def select(settings: Settings) -> Selection:
     return Selection(inventory=inventory, hosts=hosts)
 
 
+@dataclass
+class JobHosts:
+    """For job commands: every host can be asked about its jobs; --limit only narrows where
+    new work may be placed (`placeable` None: anywhere)."""
+
+    everyone: list[Target]
+    placeable: set[str] | None
+
+
+def job_hosts(settings: Settings) -> JobHosts:
+    inventory = load(settings)
+    everyone = [target_from_vars(h.name, h.vars) for h in inventory.select(None)]
+    placeable = None
+    if settings.limit:
+        placeable = {h.name for h in inventory.select(settings.limit, cwd=Path(os.getcwd()))}
+        if not placeable:
+            raise UsageError(f"no hosts matched --limit {settings.limit!r}")
+    return JobHosts(everyone, placeable)
+
+
 def fan_out(
     settings: Settings,
     targets: list[Target],

@@ -9,7 +9,6 @@ shown and saved).
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -56,7 +55,7 @@ COMPARE_COLUMNS = (
     Column("limit", "LIMIT", "right"),
     Column("verdict", "VERDICT"),
 )
-BACKENDS = ("pool", "noop")
+BACKENDS = ("pool", "noop", "slurm")
 INTERRUPTED = 128 + signal.SIGINT  # what shells report for Ctrl-C; the results still count
 
 
@@ -79,13 +78,7 @@ def _pool_backend(settings: Settings, scenario: Scenario) -> Backend:
     from gpupoolctl.sched import JobRequest
     from gpupoolctl.stress.pool_backend import PoolBackend
 
-    inventory = pool.load(settings)
-    everyone = [pool.target_from_vars(h.name, h.vars) for h in inventory.select(None)]
-    hosts = None
-    if settings.limit:
-        hosts = {h.name for h in inventory.select(settings.limit, cwd=Path(os.getcwd()))}
-        if not hosts:
-            raise UsageError(f"no hosts matched --limit {settings.limit!r}")
+    chosen = pool.job_hosts(settings)
 
     def make_spec(work: Work) -> JobSpec:
         shape: Any = work.shape
@@ -98,14 +91,34 @@ def _pool_backend(settings: Settings, scenario: Scenario) -> Backend:
 
     backend = PoolBackend(
         open_ledger=lambda: open_ledger(settings),
-        targets=everyone,
+        targets=chosen.everyone,
         run=lambda requests: pool.fan_out_each(settings, requests),
         owner=current_user(),
-        hosts=hosts,
+        hosts=chosen.placeable,
         make_spec=make_spec,
         poll_s=scenario.poll_s,
     )
     backend.prepare()
+    return backend
+
+
+def _slurm_backend(scenario: Scenario) -> Backend:
+    from gpupoolctl.jobs.spec import JobSpec
+    from gpupoolctl.sched import JobRequest
+    from gpupoolctl.slurm.client import SlurmClient
+    from gpupoolctl.stress.slurm_backend import SlurmBackend
+
+    def make_spec(work: Work) -> JobSpec:
+        shape: Any = work.shape
+        return JobSpec(
+            argv=list(work.argv),
+            request=JobRequest(**shape.job_fields()),
+            name=work.name,
+            policy=scenario.policy,
+        )
+
+    backend = SlurmBackend(SlurmClient(), make_spec, poll_s=scenario.poll_s)
+    backend.prepare(scenario.requests)
     return backend
 
 
@@ -258,7 +271,9 @@ def ramp(
         typer.Option(
             "--backend",
             help="pool: gpupoolctl's own submit path; noop: the "
-            "harness alone (measures its overhead).",
+            "harness alone (measures its overhead); slurm: sbatch to the Slurm cluster of "
+            "SLURM_CONF (built-in workloads run as python -m gpupoolctl.agent.workloads, so "
+            "gpupoolctl must be importable on the compute nodes).",
         ),
     ] = "pool",
     save: Annotated[
@@ -303,7 +318,12 @@ def ramp(
         },
     )
     baseline = results.load(baseline_file) if baseline_file is not None else None
-    backend = NoopBackend() if backend_name == "noop" else _pool_backend(settings, scenario)
+    if backend_name == "slurm":
+        backend: Backend = _slurm_backend(scenario)
+    elif backend_name == "noop":
+        backend = NoopBackend()
+    else:
+        backend = _pool_backend(settings, scenario)
     runner = Ramp(scenario, backend, on_event=_progress(settings))
     with _interruptible(runner):
         outcome = runner.run()
