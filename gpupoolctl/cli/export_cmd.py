@@ -157,8 +157,10 @@ def k8s(
       gpupoolctl export k8s -o yaml                   # for tools: ConfigMap and labels
 
     Point the operator at the ConfigMap with
-    --set migManager.config.name=gpupoolctl-mig-parted-config. Exit 3 when some hosts
-    could not be read (they are left out; the rest is exported).
+    --set migManager.config.name=gpupoolctl-mig-parted-config. Applying replaces the
+    previous ConfigMap, so export the whole pool: with -l, configs still named by nodes
+    left out would vanish. Exit 3 when some hosts could not be read (they are left out;
+    the rest is exported).
     """
     from gpupoolctl.export.k8s import NODE_NAME_VAR, check_namespace, k8s_export
 
