@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -140,33 +140,60 @@ def _interruptible(ramp: Any) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _progress(settings: Settings) -> Any:
+@contextlib.contextmanager
+def _progress(settings: Settings, levels: int) -> Iterator[Callable[[Event], None]]:
+    """Per-level lines on stderr (kept in cron mail and CI logs); on a terminal, also a bar
+    over the levels with the time elapsed."""
     from gpupoolctl.stress.report_text import format_duration, format_rate
     from gpupoolctl.stress.runner import LevelDone, LevelStarted
 
-    def on_event(event: Event) -> None:
-        if settings.quiet:
-            return
+    def line(event: Event) -> str | None:
         if isinstance(event, LevelStarted):
-            notice(
+            return (
                 f"level {event.level:g} ({event.index + 1}/{event.total}): "
                 f"{format_duration(event.seconds)} of load..."
             )
-        elif isinstance(event, LevelDone):
-            level = event.result
-            if level.submitted == 0:
-                warn(
-                    f"level {level.level:g}: no job was submitted inside the steady window "
-                    "(a job cycle is longer than warm-up + hold), so its latencies are not "
-                    "measured: lengthen --hold"
-                )
-            notice(
-                f"level {level.level:g}: {format_rate(level.throughput)} jobs/s, "
-                f"queue wait p95 {format_duration(level.queue_wait.p95)}, "
-                f"{level.failed} failed"
+        level = event.result
+        if level.submitted == 0:
+            warn(
+                f"level {level.level:g}: no job was submitted inside the steady window "
+                "(a job cycle is longer than warm-up + hold), so its latencies are not "
+                "measured: lengthen --hold"
             )
+        return (
+            f"level {level.level:g}: {format_rate(level.throughput)} jobs/s, "
+            f"queue wait p95 {format_duration(level.queue_wait.p95)}, {level.failed} failed"
+        )
 
-    return on_event
+    if settings.quiet:
+        yield lambda event: None
+        return
+    if not sys.stderr.isatty():
+        yield lambda event: notice(line(event) or "")
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gpupoolctl.cli.console import err_console
+
+    columns = (
+        TextColumn("levels"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[now]}"),
+    )
+    with Progress(*columns, console=err_console(), transient=True) as bar:
+        task = bar.add_task("levels", total=levels, now="")
+
+        def on_event(event: Event) -> None:
+            text = line(event) or ""
+            if isinstance(event, LevelDone):
+                bar.console.print(f"gpupoolctl: {text}", highlight=False)
+                bar.update(task, advance=1, now="")
+            else:
+                bar.update(task, now=text)
+
+        yield on_event
 
 
 def _show(settings: Settings, result: RunResult, *, plot: bool, baseline: Any = None) -> None:
@@ -324,9 +351,10 @@ def ramp(
         backend = NoopBackend()
     else:
         backend = _pool_backend(settings, scenario)
-    runner = Ramp(scenario, backend, on_event=_progress(settings))
-    with _interruptible(runner):
-        outcome = runner.run()
+    with _progress(settings, len(scenario.levels)) as on_event:
+        runner = Ramp(scenario, backend, on_event=on_event)
+        with _interruptible(runner):
+            outcome = runner.run()
     for message in backend.warnings():
         warn(message)
     if save is not None:
