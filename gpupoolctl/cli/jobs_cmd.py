@@ -3,6 +3,10 @@
 Parse, call gpupoolctl.jobs, render. Exit codes: 0 ok; 1 error; 2 usage; 3 some nodes could
 not be reached (what is known is still shown); 5 the pool could never satisfy the request.
 `submit --wait` exits with the job's own exit code.
+
+`--backend slurm` (submit, jobs, cancel) hands the job to a Slurm cluster through sbatch,
+squeue and scancel instead (gpupoolctl.slurm; what maps and what is refused is in
+gpupoolctl.slurm.mapping). The ledger is not used then: Slurm's job ids and states are shown.
 """
 
 from __future__ import annotations
@@ -32,6 +36,28 @@ JOB_COLUMNS = (
     Column("age", "AGE", "right"),
     Column("exit_code", "EXIT", "right"),
 )
+SLURM_COLUMNS = (
+    Column("id", "ID"),
+    Column("name", "NAME"),
+    Column("state", "STATE"),
+    Column("host", "NODE"),
+    Column("gres", "GRES"),
+    Column("age", "AGE", "right"),
+    Column("exit_code", "EXIT", "right"),
+)
+SLURM_CSV_COLUMNS = tuple(
+    Column(k, k)
+    for k in ("id", "name", "state", "owner", "host", "gres", "age_s", "exit_code", "reason")
+)
+BACKENDS = ("pool", "slurm")
+BackendOption = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        help="pool: gpupoolctl's own pool (default); slurm: a Slurm cluster through "
+        "sbatch/squeue/scancel (SLURM_CONF from the environment).",
+    ),
+]
 JOB_CSV_COLUMNS = tuple(
     Column(k, k)
     for k in ("id", "name", "state", "owner", "host", "slice", "age_s", "exit_code", "priority")
@@ -88,6 +114,25 @@ def _rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     now = time.time()
     return [{**r, "age": _age(r["age_s"])} for r in (row(j, now) for j in records)]
+
+
+def _backend(name: str) -> str:
+    if name not in BACKENDS:
+        raise UsageError(f"unknown backend {name!r}: use {' or '.join(BACKENDS)}")
+    return name
+
+
+def _slurm_rows(jobs: list[Any]) -> list[dict[str, Any]]:
+    from gpupoolctl.slurm.jobs import row
+
+    now = time.time()
+    return [{**r, "age": _age(r["age_s"])} for r in (row(j, now) for j in jobs)]
+
+
+def _emit_slurm(settings: Settings, jobs: list[Any], *, one: bool = False) -> None:
+    rows = _slurm_rows(jobs)
+    data: Any = rows[0] if one and rows else rows
+    emit(settings, data=data, rows=rows, columns=SLURM_COLUMNS, csv_columns=SLURM_CSV_COLUMNS)
 
 
 # -- submit ---------------------------------------------------------------------------------
@@ -161,10 +206,17 @@ def submit(
     wait: Annotated[
         bool, typer.Option("--wait", help="Follow its output; exit with its exit code.")
     ] = False,
+    backend: BackendOption = "pool",
 ) -> None:
     """Run a command on the best slice(s) for it; queue it when nothing fits now.
 
     Example: gpupoolctl submit --mem 10G -- python serve.py
+
+    With --backend slurm: sbatch with --gres=gpu:<type>:<n>, the type named as `export
+    slurm` names it (--profile 1g.10gb -> h100_1g.10gb). --same-island, --preemptible,
+    --bandwidth, --vendor, --policy and --grace are refused (exit 2); --mem asks for any GPU.
+    --dry-run is sbatch --test-only; --wait follows the state (not the output) and exits
+    with the job's exit code. Output goes where sbatch puts it (slurm-<id>.out).
     """
     from gpupoolctl.jobs import JobSpec, NeverFits
     from gpupoolctl.jobs.spec import parse_env
@@ -201,6 +253,9 @@ def submit(
         policy=policy,
     )
     spec.validate()
+    if _backend(backend) == "slurm":
+        _submit_slurm(settings, spec, dry_run=dry_run, wait=wait)
+        return
     jobs = _open(settings)
     jobs.ensure_slices(record=not dry_run)
     if dry_run:
@@ -235,6 +290,48 @@ def submit(
     _finish(settings, jobs)
     if outcome.state == "failed":
         raise typer.Exit(int(ExitCode.ERROR))
+
+
+def _submit_slurm(settings: Settings, spec: Any, *, dry_run: bool, wait: bool) -> None:
+    from gpupoolctl.slurm import jobs as slurm_jobs
+    from gpupoolctl.slurm.client import SlurmClient
+
+    client = SlurmClient()
+    submitted = slurm_jobs.submit(client, spec, dry_run=dry_run)
+    for note in submitted.request.notes:
+        warn(note)
+    if dry_run:
+        data = {
+            "dry_run": True,
+            "gres": submitted.request.gres,
+            "sbatch": list(submitted.request.args),
+            "slurm": submitted.test_only,
+        }
+        if settings.resolved_output() is OutputFormat.table:
+            print(submitted.test_only)
+        else:
+            emit(settings, data=data, rows=[data], columns=[Column(k, k) for k in data])
+        return
+    job_id = str(submitted.job_id)
+    if not wait:
+        if settings.resolved_output() is OutputFormat.table:
+            print(job_id)  # alone on stdout: JOB=$(gpupoolctl submit --backend slurm ...)
+            notice(f"{job_id}: submitted to Slurm ({submitted.request.gres})", quiet=settings.quiet)
+        else:
+            _emit_slurm(settings, [slurm_jobs.status(client, job_id)], one=True)
+        return
+    if settings.resolved_output() is OutputFormat.table:
+        print(job_id)
+
+    def changed(job: Any) -> None:
+        notice(f"{job_id}: {job.state}", quiet=settings.quiet)
+
+    job = slurm_jobs.wait(client, job_id, on_change=changed)
+    if settings.resolved_output() is not OutputFormat.table:
+        _emit_slurm(settings, [job], one=True)
+    notice(f"{job_id}: {job.describe_end()}", quiet=settings.quiet)
+    code = job.shell_exit_code()
+    raise typer.Exit(code if code is not None else (0 if job.ok else int(ExitCode.ERROR)))
 
 
 def _render_plan(settings: Settings, result: Any) -> None:
@@ -302,13 +399,29 @@ def jobs_list(
         bool,
         typer.Option("--no-refresh", help="Show what the ledger knows, without asking nodes."),
     ] = False,
+    backend: BackendOption = "pool",
 ) -> None:
     """Jobs: id, name, state, node, slice, age, exit code. Polls running jobs on their
     nodes first (one fan-out), records the ones that ended and releases their slices, then
-    runs a schedule pass. Exit 3 when some node could not be asked."""
+    runs a schedule pass. Exit 3 when some node could not be asked.
+
+    With --backend slurm: your Slurm jobs (one squeue call): pending, running and those
+    that ended within the cluster's MinJobAge, with node, GRES and exit code."""
     from gpupoolctl.jobs.control import listing, refresh
 
     settings: Settings = ctx.obj
+    if _backend(backend) == "slurm":
+        from gpupoolctl.ledger import current_user
+        from gpupoolctl.slurm import jobs as slurm_jobs
+        from gpupoolctl.slurm.client import SlurmClient
+
+        if no_refresh:
+            raise UsageError("--no-refresh has no meaning with --backend slurm")
+        found = slurm_jobs.listing(SlurmClient(), current_user())
+        _emit_slurm(settings, found)
+        if not found:
+            notice("no jobs", quiet=settings.quiet)
+        return
     jobs = _open(settings)
     if not no_refresh:
         refresh(jobs)
@@ -399,12 +512,18 @@ def cancel(
             "the job's own, 30 s unless it was submitted with --grace).",
         ),
     ] = None,
+    backend: BackendOption = "pool",
 ) -> None:
     """Stop a job (SIGTERM to its process group, grace period, SIGKILL), release its
-    slices and record it cancelled; a queued job just leaves the queue."""
+    slices and record it cancelled; a queued job just leaves the queue.
+
+    With --backend slurm: scancel JOB, then its state once Slurm settled it."""
     from gpupoolctl.jobs.control import cancel as cancel_job
 
     settings: Settings = ctx.obj
+    if _backend(backend) == "slurm":
+        _cancel_slurm(settings, job_id, grace)
+        return
     jobs = _open(settings)
     job = cancel_job(jobs, job_id, grace_s=grace)
     data = _rows([job])[0]
@@ -414,3 +533,16 @@ def cancel(
     else:
         emit(settings, data=data, rows=[data], columns=JOB_COLUMNS, csv_columns=JOB_CSV_COLUMNS)
     _finish(settings, jobs)
+
+
+def _cancel_slurm(settings: Settings, job_id: str, grace: float | None) -> None:
+    from gpupoolctl.slurm import jobs as slurm_jobs
+    from gpupoolctl.slurm.client import SlurmClient
+
+    if grace is not None:
+        raise UsageError("--grace with --backend slurm: Slurm's KillWait sets the grace period")
+    job = slurm_jobs.cancel(SlurmClient(), job_id)
+    if settings.resolved_output() is OutputFormat.table:
+        print(f"cancelled {job.job_id}: {job.describe_end() if job.finished else job.state}")
+    else:
+        _emit_slurm(settings, [job], one=True)
