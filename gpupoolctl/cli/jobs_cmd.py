@@ -11,10 +11,8 @@ gpupoolctl.slurm.mapping). The ledger is not used then: Slurm's job ids and stat
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -79,16 +77,9 @@ def _open(settings: Settings) -> Jobs:
     from gpupoolctl.jobs import Jobs, Nodes
     from gpupoolctl.ledger import current_user
 
-    inventory = pool.load(settings)
-    # Every host can be asked about its jobs; --limit only narrows where new work goes.
-    everyone = [pool.target_from_vars(h.name, h.vars) for h in inventory.select(None)]
-    hosts = None
-    if settings.limit:
-        hosts = {h.name for h in inventory.select(settings.limit, cwd=Path(os.getcwd()))}
-        if not hosts:
-            raise UsageError(f"no hosts matched --limit {settings.limit!r}")
-    nodes = Nodes(everyone, lambda requests: pool.fan_out_each(settings, requests))
-    return Jobs(open_ledger(settings), nodes, owner=current_user(), hosts=hosts)
+    chosen = pool.job_hosts(settings)
+    nodes = Nodes(chosen.everyone, lambda requests: pool.fan_out_each(settings, requests))
+    return Jobs(open_ledger(settings), nodes, owner=current_user(), hosts=chosen.placeable)
 
 
 def _finish(settings: Settings, jobs: Jobs) -> None:
