@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpupoolctl.errors import GpupoolError, UsageError
+from gpupoolctl.errors import UsageError
 
 if TYPE_CHECKING:
     from gpupoolctl.ledger.state import State
@@ -273,38 +271,8 @@ def write_textfile(folder: Path, text: str, name: str = TEXTFILE_NAME) -> Path:
         raise UsageError(
             f"--textfile {folder}: not a folder (give node_exporter's textfile folder)"
         )
+    from gpupoolctl.atomic import write_file
+
     target = folder / name
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
-    except OSError as exc:
-        raise GpupoolError(f"{target}: cannot write: {exc.strerror or exc}") from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fchmod(out.fileno(), TEXTFILE_MODE)
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
-    except OSError as exc:
-        _remove_quietly(tmp)
-        raise GpupoolError(f"{target}: cannot write: {exc.strerror or exc}") from exc
-    _fsync_folder(folder)
+    write_file(target, text, mode=TEXTFILE_MODE)
     return target
-
-
-def _remove_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-
-
-def _fsync_folder(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return  # the rename is done; a folder we cannot open cannot be fsynced either
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

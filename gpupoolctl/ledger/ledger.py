@@ -18,13 +18,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from gpupoolctl.atomic import fsync_dir
 from gpupoolctl.errors import UsageError
 from gpupoolctl.ledger import journal, replay, snapshot
 from gpupoolctl.ledger.errors import LedgerDamaged, LedgerError
 from gpupoolctl.ledger.fit import Request, pick
 from gpupoolctl.ledger.history import History, archives_needed, matcher, read_archive
 from gpupoolctl.ledger.lock import FileLock
-from gpupoolctl.ledger.paths import FILE_MODE, LedgerPaths, default_path, ensure_folder, fsync_dir
+from gpupoolctl.ledger.paths import FILE_MODE, LedgerPaths, default_path, ensure_folder
 from gpupoolctl.ledger.repair import RepairResult, rebuild_snapshot, snapshot_readable
 from gpupoolctl.ledger.repair import repair as repair_journal
 from gpupoolctl.ledger.state import Allocation, State

@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpupoolctl.atomic import replace_file
+
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 
@@ -50,15 +52,6 @@ class LedgerPaths:
         return self.journal.exists() or self.snapshot.exists()
 
 
-def fsync_dir(folder: Path) -> None:
-    """Make a rename or a new file in `folder` durable."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def ensure_folder(folder: Path, *, create: bool) -> None:
     """The default folder is created (0700); a folder the user named must already exist."""
     if folder.is_dir():
@@ -73,20 +66,4 @@ def ensure_folder(folder: Path, *, create: bool) -> None:
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """temp file, fsync, rename over `path`, fsync the folder: readers see old or new, never
     half (and after a crash, one of the two survives)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        if durable:
-            os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    if durable:
-        fsync_dir(path.parent)
+    replace_file(path, data, mode=FILE_MODE, durable=durable)

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpupoolctl.atomic import fsync_dir
 from gpupoolctl.ledger.errors import LedgerDamaged
-from gpupoolctl.ledger.paths import FILE_MODE, LedgerPaths, fsync_dir, write_atomic
+from gpupoolctl.ledger.paths import FILE_MODE, LedgerPaths, write_atomic
 
 SNAPSHOT_FORMAT = 1
 _CRC_KEY = b',"crc":"'

@@ -13,13 +13,10 @@ import itertools
 import math
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpupoolctl.errors import GpupoolError
 from gpupoolctl.stress.model import PHASES, Knees, LevelResult, RunResult
 from gpupoolctl.stress.report_text import (
     LEVEL_COLUMNS,
@@ -421,22 +418,7 @@ def write_html(
 ) -> None:
     """Render and write the page atomically: a temporary file in the same folder, renamed
     over `path`, so a reader never sees half a page."""
-    target = Path(path)
-    page = render_html(result, baseline).encode("utf-8")
-    folder = target.parent
-    try:
-        handle, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    except OSError as error:
-        raise GpupoolError(f"{target}: cannot write the report: {error.strerror}") from None
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(page)
-            stream.flush()
-            os.fsync(stream.fileno())
-        # mkstemp makes 0600; a report holds no secrets and is meant to be shared.
-        os.chmod(temp, 0o644)
-        os.replace(temp, target)
-    except OSError as error:
-        with suppress(OSError):
-            os.unlink(temp)
-        raise GpupoolError(f"{target}: cannot write the report: {error.strerror}") from None
+    from gpupoolctl.atomic import write_file
+
+    # 0644: a report holds no secrets and is meant to be shared.
+    write_file(Path(path), render_html(result, baseline), mode=0o644, what="the report")

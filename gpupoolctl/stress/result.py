@@ -8,20 +8,18 @@ key, never a traceback and never a "regression".
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import socket
 import subprocess
-import tempfile
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpupoolctl.errors import GpupoolError, SourceError
+from gpupoolctl.errors import SourceError
 from gpupoolctl.stress.model import (
     FORMAT,
     PHASES,
@@ -66,41 +64,10 @@ def dumps(result: RunResult) -> str:
 
 
 def save(result: RunResult, path: str | os.PathLike[str]) -> None:
-    """Write the run to `path` atomically: a temp file in the same folder, fsync, rename,
-    so a reader (or a crash) never sees half a file."""
-    target = Path(path)
-    text = dumps(result)
-    folder = target.parent
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise GpupoolError(f"{target}: cannot write: {exc.strerror or exc}") from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, target)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise GpupoolError(f"{target}: cannot write: {exc.strerror or exc}") from exc
-    _fsync_folder(folder)
+    """Write the run to `path` atomically, so a reader (or a crash) never sees half a file."""
+    from gpupoolctl.atomic import write_file
 
-
-def _fsync_folder(folder: Path) -> None:
-    # Makes the rename itself durable; not every platform lets a folder be opened.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    write_file(Path(path), dumps(result), mode=FILE_MODE)
 
 
 # -- reading -------------------------------------------------------------------------------
