@@ -9,9 +9,10 @@ ledger transactions and in agent calls is metered per thread, so a knee can be a
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -117,7 +118,8 @@ class PoolBackend:
         self._make_spec = make_spec
         self.poll_s = poll_s
         self.transport = transport_of(self._targets)
-        self._local = threading.local()
+        self._idle: list[tuple[Jobs, Meter]] = []
+        self._made: list[Jobs] = []
         self._lock = threading.Lock()
         self._waiting: dict[str, _Waiter] = {}
         self._outstanding: set[str] = set()
@@ -134,12 +136,22 @@ class PoolBackend:
         nodes = MeteredNodes(self._targets, self._run, meter)
         return Jobs(ledger, nodes, owner=self._owner, hosts=self._hosts), meter
 
-    def _thread_jobs(self) -> tuple[Jobs, Meter]:
-        pair = getattr(self._local, "jobs", None)
+    @contextlib.contextmanager
+    def _borrow(self) -> Iterator[tuple[Jobs, Meter]]:
+        """A Jobs (own ledger handle, own meter) for one call: an idle one, or a new one.
+        At most as many exist as calls ran at once, and close() closes them all (one per
+        thread would leak a lock descriptor per submitter per level)."""
+        with self._lock:
+            pair = self._idle.pop() if self._idle else None
         if pair is None:
             pair = self._new_jobs()
-            self._local.jobs = pair
-        return pair
+            with self._lock:
+                self._made.append(pair[0])
+        try:
+            yield pair
+        finally:
+            with self._lock:
+                self._idle.append(pair)
 
     def _collect(self, jobs: Jobs) -> None:
         """Move a Jobs' warnings into the run's (a Jobs lives for many submits)."""
@@ -157,28 +169,29 @@ class PoolBackend:
     def prepare(self) -> None:
         """Read slices from the nodes once, before any clock runs (as `submit` would on
         its first use), so the first level does not pay for inventory."""
-        jobs, meter = self._thread_jobs()
-        jobs.ensure_slices()
-        meter.take()
-        self._collect(jobs)
+        with self._borrow() as (jobs, meter):
+            jobs.ensure_slices()
+            meter.take()
+            self._collect(jobs)
 
     # -- the Backend protocol ----------------------------------------------------------------
 
     def submit(self, work: Work) -> Ticket:
         from gpupoolctl.jobs.errors import NeverFits
 
-        jobs, meter = self._thread_jobs()
-        meter.take()
-        try:
-            outcome = jobs.submit(self._make_spec(work))
-        except NeverFits as exc:
-            raise SubmitRefused(str(exc)) from None
-        except GpupoolError as exc:
-            raise SubmitRefused(f"submit failed: {exc}") from None
-        finally:
-            self._collect(jobs)
-        accepted = time.time()
-        ticket = Ticket(job_id=str(outcome.job_id), accepted=accepted, phases=meter.take())
+        with self._borrow() as (jobs, meter):
+            meter.take()
+            try:
+                outcome = jobs.submit(self._make_spec(work))
+            except NeverFits as exc:
+                raise SubmitRefused(str(exc)) from None
+            except GpupoolError as exc:
+                raise SubmitRefused(f"submit failed: {exc}") from None
+            finally:
+                self._collect(jobs)
+            accepted = time.time()
+            phases = meter.take()
+        ticket = Ticket(job_id=str(outcome.job_id), accepted=accepted, phases=phases)
         if outcome.state in _SETTLED_STATES:
             ticket.finished = Finished(
                 ok=outcome.state == "done",
@@ -210,39 +223,44 @@ class PoolBackend:
     def abandon(self, ticket: Ticket) -> None:
         from gpupoolctl.jobs import control
 
-        jobs, _ = self._thread_jobs()
-        try:
-            control.cancel(jobs, ticket.job_id, grace_s=0)
-        except GpupoolError as exc:
+        with self._borrow() as (jobs, _):
+            try:
+                control.cancel(jobs, ticket.job_id, grace_s=0)
+            except GpupoolError as exc:
+                with self._lock:
+                    self._warnings.append(f"{ticket.job_id}: could not cancel: {exc}")
             with self._lock:
-                self._warnings.append(f"{ticket.job_id}: could not cancel: {exc}")
-        with self._lock:
-            self._outstanding.discard(ticket.job_id)
-        self._collect(jobs)
+                self._outstanding.discard(ticket.job_id)
+            self._collect(jobs)
 
     def close(self) -> None:
         """Stop the reaper, cancel what is still queued or running, record what ended."""
-        from gpupoolctl.jobs import control
-
         self._closed.set()
         if self._reaper is not None:
             self._reaper.join(timeout=60)
-        jobs, _ = self._thread_jobs()
         with self._lock:
             left = sorted(self._outstanding)
-        if left:
-            try:
-                control.refresh(jobs)  # record the ones that ended meanwhile
-            except GpupoolError as exc:
-                self._warnings.append(f"clean-up: {exc}")
-            state = jobs.read().state
-            for job_id in left:
-                if job_id in state.jobs:
-                    try:
-                        control.cancel(jobs, job_id, grace_s=0)
-                    except GpupoolError as exc:
-                        self._warnings.append(f"clean-up: {job_id}: {exc}")
-        self._collect(jobs)
+        with self._borrow() as (jobs, _):
+            if left:
+                self._cancel_left(jobs, left)
+            self._collect(jobs)
+        for made in [*self._made, *([self._reaper_jobs] if self._reaper_jobs else [])]:
+            made.ledger.close()
+
+    def _cancel_left(self, jobs: Jobs, left: list[str]) -> None:
+        from gpupoolctl.jobs import control
+
+        try:
+            control.refresh(jobs)  # record the ones that ended meanwhile
+        except GpupoolError as exc:
+            self._warnings.append(f"clean-up: {exc}")
+        state = jobs.read().state
+        for job_id in left:
+            if job_id in state.jobs:
+                try:
+                    control.cancel(jobs, job_id, grace_s=0)
+                except GpupoolError as exc:
+                    self._warnings.append(f"clean-up: {job_id}: {exc}")
 
     # -- the reaper -------------------------------------------------------------------------
 
