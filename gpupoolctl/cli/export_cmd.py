@@ -19,7 +19,7 @@ import typer
 from gpupoolctl.cli import pool
 from gpupoolctl.cli.console import notice, warn
 from gpupoolctl.cli.settings import OutputFormat, Settings
-from gpupoolctl.errors import ExitCode, UsageError
+from gpupoolctl.errors import ExitCode, GpupoolError, UsageError
 
 if TYPE_CHECKING:
     from gpupoolctl.cli.partition_fanout import HostFacts
@@ -395,7 +395,8 @@ def slurm(
         raise UsageError(f"export slurm --only {only}: give slurm.conf or gres.conf")
     view = _read_ledger(settings)
     if not view.state.slices:
-        notice("the ledger has no slices: run `gpupoolctl pool` first", quiet=settings.quiet)
+        # An empty config redirected over a real gres.conf would take every GPU away: fail.
+        raise GpupoolError("the ledger knows no slices yet: run `gpupoolctl pool` first")
     config = slurm_config(
         view.state.slices.values(),
         placeholder_dir=placeholder_dir,

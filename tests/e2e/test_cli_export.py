@@ -300,3 +300,11 @@ def test_ansible_exit_3_keeps_the_whole_inventory(gp) -> None:
     assert hostvars["h1"]["gpupool_gpus"] == 8
     assert "gpupool_gpus" not in hostvars["gone"]
     assert hostvars["gone"]["ansible_port"] == 1
+
+
+def test_export_slurm_with_an_empty_ledger_fails_instead_of_printing_an_empty_config(cli) -> None:
+    # `export slurm --only gres.conf > /etc/slurm/gres.conf` must not succeed with nothing in it.
+    run = cli("-q", "export", "slurm", "--only", "gres.conf")
+    assert run.code == 1
+    assert run.stdout == ""
+    assert "run `gpupoolctl pool` first" in run.stderr and run.stderr.count("\n") == 1
