@@ -225,6 +225,12 @@ def usl_fit(levels: Sequence[float], throughput: Sequence[float]) -> KneePoint:
                 f"throughput is flat (changes less than {FLAT_FRACTION:.0%} over the sweep): "
                 "at its limit from the lowest level, with no peak to place"
             )
+        elif ys[-1] <= ys[0]:
+            why = (
+                "no capacity peak to place: throughput does not grow with concurrency over "
+                "the sweep (no higher at the largest level than at the lowest), so the limit "
+                "lies at or below the lowest level"
+            )
         else:
             why = (
                 "no capacity peak within reach: throughput still grows "

@@ -461,3 +461,13 @@ def test_knees_from_level_results():
 def test_heavy_modules_load_only_when_used():
     assert "KneeLocator" not in vars(knee)
     assert "curve_fit" not in vars(knee)
+
+
+def test_throughput_that_does_not_grow_is_not_called_still_growing() -> None:
+    # A harness-bound curve (GIL, one core): noisy, highest at the lowest level.
+    levels = [1, 2, 4, 8, 16]
+    throughput = [130_000.0, 72_000.0, 74_000.0, 145_000.0, 106_000.0]
+    point = usl_fit(levels, throughput)
+    assert point.level is None
+    assert point.note is not None and "does not grow with concurrency" in point.note
+    assert "still grows" not in point.note
