@@ -374,6 +374,14 @@ def slurm(
     real_memory: Annotated[
         int | None, typer.Option("--real-memory", help="RealMemory= (MiB) on every node line.")
     ] = None,
+    write: Annotated[
+        Path | None,
+        typer.Option(
+            "--write",
+            help="Replace this file atomically (mode 0644) instead of printing; with --only. "
+            "Nothing is written when the export fails.",
+        ),
+    ] = None,
 ) -> None:
     """The pool's slices as Slurm GRES: `gpu` typed by card model and slice profile.
 
@@ -383,9 +391,14 @@ def slurm(
     model (h100, a100, mi300x), MIG instances as model_profile (h100_1g.10gb), AMD
     partitions as model_modes (mi300x_cpx.nps4), SR-IOV VFs as model_vf.N.
 
+    The node lines replace slurm.conf's own NodeName and GresTypes lines for these hosts
+    (a host defined twice stops slurmctld): keep them in a file of their own and put
+    `Include /etc/slurm/gpupool-nodes.conf` in slurm.conf in their place. Use --write rather
+    than `>`: a shell redirect empties the file before the export runs, even when it fails.
+
     \b
-      gpupoolctl export slurm --only gres.conf > /etc/slurm/gres.conf
-      gpupoolctl export slurm --only slurm.conf >> /etc/slurm/slurm.conf
+      gpupoolctl export slurm --only gres.conf --write /etc/slurm/gres.conf
+      gpupoolctl export slurm --only slurm.conf --write /etc/slurm/gpupool-nodes.conf
     """
     from gpupoolctl.export.slurm import slurm_config
 
@@ -393,9 +406,11 @@ def slurm(
     _refuse_output(settings, (), "slurm")
     if only not in (None, "slurm.conf", "gres.conf"):
         raise UsageError(f"export slurm --only {only}: give slurm.conf or gres.conf")
+    if write is not None and only is None:
+        raise UsageError("export slurm --write needs --only slurm.conf or --only gres.conf")
     view = _read_ledger(settings)
     if not view.state.slices:
-        # An empty config redirected over a real gres.conf would take every GPU away: fail.
+        # An empty gres.conf would take every GPU away: fail, and write nothing.
         raise GpupoolError("the ledger knows no slices yet: run `gpupoolctl pool` first")
     config = slurm_config(
         view.state.slices.values(),
@@ -405,9 +420,13 @@ def slurm(
     )
     for message in config.warnings:
         warn(message)
-    if only == "slurm.conf":
-        _write(config.slurm_conf())
-    elif only == "gres.conf":
-        _write(config.gres_conf())
-    else:
-        _write(config.text())
+    text = {"slurm.conf": config.slurm_conf, "gres.conf": config.gres_conf}.get(
+        only or "", config.text
+    )()
+    if write is None:
+        _write(text)
+        return
+    from gpupoolctl.atomic import write_file
+
+    write_file(write, text, mode=0o644)
+    notice(f"wrote {write}", quiet=settings.quiet)

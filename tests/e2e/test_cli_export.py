@@ -302,9 +302,25 @@ def test_ansible_exit_3_keeps_the_whole_inventory(gp) -> None:
     assert hostvars["gone"]["ansible_port"] == 1
 
 
-def test_export_slurm_with_an_empty_ledger_fails_instead_of_printing_an_empty_config(cli) -> None:
-    # `export slurm --only gres.conf > /etc/slurm/gres.conf` must not succeed with nothing in it.
-    run = cli("-q", "export", "slurm", "--only", "gres.conf")
+def test_export_slurm_with_an_empty_ledger_fails_and_leaves_the_target_file_alone(cli) -> None:
+    target = Path(cli.cwd) / "gres.conf"
+    target.write_text("NodeName=keep Name=gpu Type=a100 Count=1 File=/dev/nvidia0\n")
+    run = cli("-q", "export", "slurm", "--only", "gres.conf", "--write", str(target))
     assert run.code == 1
     assert run.stdout == ""
     assert "run `gpupoolctl pool` first" in run.stderr and run.stderr.count("\n") == 1
+    assert target.read_text().startswith("NodeName=keep")  # untouched
+
+
+def test_export_slurm_write_replaces_the_file_with_what_stdout_would_show(cli) -> None:
+    assert cli("-q", "pool").code == 0
+    printed = cli("-q", "export", "slurm", "--only", "gres.conf")
+    assert printed.code == 0 and "Name=gpu Type=h100" in printed.stdout
+    target = Path(cli.cwd) / "gres.conf"
+    target.write_text("old\n")
+    written = cli("-q", "export", "slurm", "--only", "gres.conf", "--write", str(target))
+    assert written.code == 0 and written.stdout == ""
+    assert target.read_text() == printed.stdout
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+    both = cli("-q", "export", "slurm", "--write", str(target))
+    assert both.code == 2 and "--only" in both.stderr
