@@ -267,7 +267,11 @@ def ramp(
     ] = None,
     work: Annotated[
         str | None,
-        typer.Option("--work", help="How long one job runs alone (sim, sleep, matmul): 1s."),
+        typer.Option(
+            "--work",
+            help="How long one job runs alone: sleep and matmul as given; sim on a whole H100 "
+            "SXM (a slice takes longer by its share of its card's bandwidth). Default 1s.",
+        ),
     ] = None,
     cmd: Annotated[
         str | None, typer.Option("--cmd", help="The command for --workload cmd (no shell).")

@@ -498,8 +498,9 @@ def scenario_from_flags(base: Scenario | None = None, **overrides: Any) -> Scena
 
     Overrides that are None are flags not given. Keys: name, model, levels (text, see
     parse_levels), warmup, hold, drain, job_timeout, poll (durations), workload (kind),
-    work (how long one job runs alone: sim, sleep, matmul), seconds (the same, for sleep
-    and matmul), sigma / kappa (sim), size / dtype (matmul), cmd (one
+    work (how long one job runs alone: for sim, on a whole H100 SXM, a slice taking longer
+    by its share of its card's bandwidth; for sleep and matmul, as given), seconds (the
+    same, for sleep and matmul), sigma / kappa (sim), size / dtype (matmul), cmd (one
     shell-like string, split with shlex; implies workload cmd), profile / mem / gpus (any of
     them replaces the base's request shapes with one shape), thresholds (a list of
     expressions that REPLACES the base's thresholds, it does not add to them; an empty list
