@@ -99,6 +99,7 @@ def _path():
     import atexit, shutil
     b = tempfile.mkdtemp(prefix="gpupoolctl-")
     atexit.register(shutil.rmtree, b, True)
+    os.environ["GPUPOOL_AGENT_EPHEMERAL"] = "1"
     return _store(b)
 sys.path.insert(0, _path())
 sys.dont_write_bytecode = False

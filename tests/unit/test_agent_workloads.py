@@ -484,3 +484,25 @@ def test_state_dicts_are_not_changed_by_a_lookup() -> None:
     before = copy.deepcopy(data)
     sim.describe_card(data, {"CUDA_VISIBLE_DEVICES": "MIG-x,GPU-y"})
     assert data == before
+
+
+def test_an_agent_running_from_a_temp_folder_refuses_builtin_workloads_before_claiming(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bootstrap's last resort unpacks into a folder it removes at exit (it then sets
+    # GPUPOOL_AGENT_EPHEMERAL): a built-in workload would lose its own code while starting.
+    monkeypatch.setenv(launch_module.EPHEMERAL_AGENT, "1")
+    request = {
+        "job_id": "j-1",
+        "argv": ["gpupoolctl-workload", "sim", "--work", "0.1"],
+        "env": {},
+        "workdir": None,
+        "devices": {"vendor": None, "uuids": []},
+    }
+    with pytest.raises(launch_module.AgentError, match="cache folder") as caught:
+        launch_module.launch(request, tmp_path / "jobs", "n1", None)
+    assert caught.value.type_name == "LaunchFailed"
+    assert not (tmp_path / "jobs" / "j-1").exists()  # the job id was not claimed
+    # Ordinary commands still launch from such an agent.
+    request = {**request, "job_id": "j-2", "argv": ["true"]}
+    assert launch_module.launch(request, tmp_path / "jobs", "n1", None)["pid"] > 0

@@ -127,6 +127,7 @@ def launch(
     request = parse(args)
     with _stdout_to_stderr():  # vendor libraries must not write into our JSON answer
         visible = visibility(request["devices"]["vendor"], request["devices"]["uuids"])
+    _refuse_builtin_if_ephemeral(request["argv"])
     paths.ensure_root(root)
     folder = root / request["job_id"]
     try:
@@ -150,6 +151,7 @@ def launch(
     env["GPUPOOL_JOB_ID"] = request["job_id"]
     env["GPUPOOL_JOB_DIR"] = str(folder)
     env.pop("GPUPOOL_SIM_STATE", None)
+    env.pop(EPHEMERAL_AGENT, None)
     if sim is not None:  # so a workload can read its simulated card
         from gpupoolctl.sim.state import SimState
 
@@ -168,6 +170,22 @@ def launch(
         "started": report["started"],
         "visible": visible,
     }
+
+
+EPHEMERAL_AGENT = "GPUPOOL_AGENT_EPHEMERAL"  # set by the bootstrap when it had no cache folder
+
+
+def _refuse_builtin_if_ephemeral(argv: list[str]) -> None:
+    """Before the job id is claimed: an agent running from a temp folder that it removes on
+    exit cannot start a built-in workload (the job would lose its own code while starting)."""
+    from gpupoolctl.agent.workloads import WORKLOAD_COMMAND
+
+    if argv[0] == WORKLOAD_COMMAND and os.environ.get(EPHEMERAL_AGENT):
+        raise AgentError(
+            "built-in workloads need the agent's cache folder on this node (~/.cache and "
+            "the temp folder were not writable, so the agent ran from a folder it removes)",
+            "LaunchFailed",
+        )
 
 
 def _builtin_workload(argv: list[str], env: dict[str, str]) -> list[str]:
