@@ -41,7 +41,7 @@ class AnsibleExport:
 
 def node_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
     """gpupool_ vars from one node's facts."""
-    from gpupoolctl.hw.topology import islands
+    from gpupoolctl.hw.topology import island_count
 
     gpus = list(facts.get("gpus") or [])
     found: dict[str, Any] = {f"{FACT_PREFIX}gpus": len(gpus)}
@@ -51,9 +51,9 @@ def node_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
         found[f"{FACT_PREFIX}mig"] = any(
             (gpu.get("mig") or {}).get("mode") == "enabled" for gpu in gpus
         )
-        matrix = (facts.get("topology") or {}).get("matrix") or []
-        if len(matrix) == len(gpus):
-            found[f"{FACT_PREFIX}islands"] = len(set(islands(matrix)))
+        islands = island_count(facts)
+        if islands is not None:
+            found[f"{FACT_PREFIX}islands"] = islands
     return found
 
 
@@ -62,7 +62,7 @@ def ledger_slices(state: State, now: str) -> dict[str, list[dict[str, Any]]]:
     by_host: dict[str, list[dict[str, Any]]] = {}
     for slice_id, entry in state.slices.items():
         item = {key: entry.get(key) for key in SLICE_FIELDS}
-        item["state"] = "held" if state.holder(slice_id, now) is not None else "free"
+        item["state"] = state.slice_state(slice_id, now)
         by_host.setdefault(str(entry.get("host")), []).append(item)
     for items in by_host.values():
         items.sort(key=lambda s: (s["gpu"] if isinstance(s["gpu"], int) else -1, str(s["id"])))

@@ -199,7 +199,7 @@ def node_labels(
     host: str, facts: Mapping[str, Any], pool: str, mig_config: str | None
 ) -> dict[str, str]:
     """The labels one node gets; every key and value is valid Kubernetes label syntax."""
-    from gpupoolctl.hw.topology import islands
+    from gpupoolctl.hw.topology import island_count
 
     gpus = list(facts.get("gpus") or [])
     labels: dict[str, str] = {}
@@ -211,9 +211,9 @@ def node_labels(
     if gpus:
         labels[f"{LABEL_PREFIX}/gpu.vendor"] = _common(gpus, "vendor")
         labels[f"{LABEL_PREFIX}/gpu.model"] = _common(gpus, "model")
-        matrix = (facts.get("topology") or {}).get("matrix") or []
-        if len(matrix) == len(gpus):
-            labels[f"{LABEL_PREFIX}/islands"] = str(len(set(islands(matrix))))
+        islands = island_count(facts)
+        if islands is not None:
+            labels[f"{LABEL_PREFIX}/islands"] = str(islands)
     return labels
 
 

@@ -133,12 +133,11 @@ def pool_families(state: State, now: str, read_at: float) -> list[Family]:
     counts: Counter[tuple[str, str, str, str]] = Counter()
     mem: Counter[tuple[str, str, str, str]] = Counter()
     for slice_id, entry in state.slices.items():
-        held = state.holder(slice_id, now) is not None
         key = (
             str(entry.get("host") or ""),
             str(entry.get("kind") or ""),
             str(entry.get("profile") or entry.get("kind") or ""),  # whole cards: "gpu"
-            "held" if held else "free",
+            state.slice_state(slice_id, now),
         )
         counts[key] += 1
         mem[key] += int(entry.get("memory_mib") or 0) * MIB

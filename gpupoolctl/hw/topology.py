@@ -6,6 +6,9 @@ Stdlib only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from gpupoolctl.hw.model import is_direct_link
 
 
@@ -28,3 +31,13 @@ def islands(matrix: list[list[str]]) -> list[int]:
                     stack.append(peer)
         next_id += 1
     return island
+
+
+def island_count(facts: Mapping[str, Any]) -> int | None:
+    """How many islands a node's GPUs form, from its facts; None without GPUs or when the
+    link matrix does not cover every GPU (unknown, not guessed)."""
+    gpus = facts.get("gpus") or []
+    matrix = (facts.get("topology") or {}).get("matrix") or []
+    if not gpus or len(matrix) != len(gpus):
+        return None
+    return len(set(islands(matrix)))

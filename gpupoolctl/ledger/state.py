@@ -187,6 +187,11 @@ class State:
         alloc = self.allocations.get(alloc_id) if alloc_id else None
         return alloc if alloc is not None and not alloc.expired(now) else None
 
+    def slice_state(self, slice_id: str, now: str) -> str:
+        """The slice's state at `now`: held while an allocation holds it (an expired one
+        does not), free otherwise. What exports and reports show."""
+        return "held" if self.holder(slice_id, now) is not None else "free"
+
     def free_slices(self, now: str) -> list[dict[str, Any]]:
         return [s for k, s in self.slices.items() if self.holder(k, now) is None]
 

@@ -255,3 +255,39 @@ def test_commands_apply_the_configmap_then_label_each_node(
         assert argv[:4] == ["label", "node", node.node, "--overwrite"]
         assert dict(a.split("=", 1) for a in argv[4:]) == node.labels
     assert shlex.quote("odd host's name") in export.commands()
+
+
+# -- islands -------------------------------------------------------------------------------
+
+
+def test_island_label_and_ansibles_var_come_from_one_count(pool: dict[str, Any]) -> None:
+    from gpupoolctl.export.ansible import node_facts
+    from gpupoolctl.hw.topology import island_count
+
+    export = k8s_export(facts_of(pool), pool="sim")
+    for node in export.nodes:
+        facts = facts_of(pool)[node.host]
+        count = island_count(facts)
+        assert count is not None  # every sim node reports its link matrix
+        assert node.labels["gpupoolctl.io/islands"] == str(count)
+        assert node_facts(facts)["gpupool_islands"] == count
+    # A DGX (NVSwitch) is one island of 8; the L40S node (PCIe only) is islands of one.
+    assert island_count(facts_of(pool)["sg-dgx01"]) == 1
+    gpus = len(facts_of(pool)["dxb-l40s-01"]["gpus"])
+    assert island_count(facts_of(pool)["dxb-l40s-01"]) == gpus > 1
+
+
+@pytest.mark.parametrize(
+    "facts",
+    [
+        {},
+        {"gpus": []},
+        {"gpus": [{"index": 0}, {"index": 1}]},  # no link matrix
+        {"gpus": [{"index": 0}, {"index": 1}], "topology": {"matrix": [["X"]]}},  # too short
+    ],
+)
+def test_island_count_is_none_when_the_topology_is_unknown(facts: dict[str, Any]) -> None:
+    from gpupoolctl.hw.topology import island_count
+
+    assert island_count(facts) is None
+    assert "gpupoolctl.io/islands" not in k8s_export({"h": facts}, pool="p").nodes[0].labels

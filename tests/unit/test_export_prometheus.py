@@ -244,6 +244,14 @@ def test_stress_metrics_per_scenario_and_level() -> None:
     ) == pytest.approx(1748779200.0)
 
 
+def test_slice_state_is_the_ledgers_held_or_free() -> None:
+    state = ledger_state()
+    assert state.slice_state(MIG, NOW) == "held"
+    assert state.slice_state("h1/gpu0", NOW) == "free"
+    state.allocations["a-2"].expires = "2025-06-01T11:00:00.000Z"
+    assert state.slice_state(MIG, NOW) == "free"  # the hold expired
+
+
 def test_a_run_without_a_scenario_name_is_named_by_its_file() -> None:
     families = parsed(render(stress_families([("runs/2025-06-01.json", run(None))])))
     scenarios = {s.labels["scenario"] for s in families["gpupoolctl_stress_knee_level"].samples}
