@@ -220,7 +220,7 @@ def stress_families(runs: Sequence[tuple[str, RunResult]]) -> list[Family]:
     failures = Family(
         "gpupoolctl_stress_failure_ratio",
         "gauge",
-        "Failed jobs over ended jobs at a level (0 to 1).",
+        "Failed jobs over ended jobs at a level (0 to 1); absent where no job ended.",
     )
     knees = Family(
         "gpupoolctl_stress_knee_level",
@@ -246,7 +246,8 @@ def stress_families(runs: Sequence[tuple[str, RunResult]]) -> list[Family]:
         for level in result.levels:
             labels = {"scenario": scenario, "level": level_text(level.level)}
             throughput.add(level.throughput, **labels)
-            failures.add(level.failure_rate, **labels)
+            if level.completed + level.failed:  # no job ended: no ratio was measured
+                failures.add(level.failure_rate, **labels)
             if level.queue_wait.p95 is not None:
                 wait.add(level.queue_wait.p95, **labels)
         if result.knees is not None:

@@ -209,10 +209,10 @@ def _failure_figure(result: RunResult, baseline: RunResult | None, x_label: str)
     figure = Figure(figsize=(8, 3.2), layout="constrained")
     ax = figure.add_subplot()
     levels = _all_levels(result, baseline)
-    xs, ys = _xy(result, lambda lv: lv.failure_rate * 100)
+    xs, ys = _xy(result, _failed_percent)
     ax.plot(xs, ys, "o-", color="#d62728", label="failed %")
     if baseline is not None:
-        bx, by = _xy(baseline, lambda lv: lv.failure_rate * 100)
+        bx, by = _xy(baseline, _failed_percent)
         ax.plot(bx, by, "o--", color=_BASELINE, alpha=0.8, label="baseline")
     _level_axis(ax, levels, x_label)
     ax.set_ylabel("% of jobs that ended")
@@ -220,6 +220,14 @@ def _failure_figure(result: RunResult, baseline: RunResult | None, x_label: str)
     ax.set_title("Failure rate")
     ax.legend(fontsize="small")
     return figure
+
+
+def _failed_percent(level: LevelResult) -> float | None:
+    """None where no job ended: the result's failure_rate is 0 there, but nothing was
+    measured, and a drawn 0 would claim it was."""
+    if level.completed + level.failed == 0:
+        return None
+    return level.failure_rate * 100
 
 
 def _phase_figure(result: RunResult) -> Figure | None:

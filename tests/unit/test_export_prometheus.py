@@ -244,6 +244,26 @@ def test_stress_metrics_per_scenario_and_level() -> None:
     ) == pytest.approx(1748779200.0)
 
 
+def test_a_level_where_no_job_ended_has_no_failure_ratio() -> None:
+    result = run()
+    quiet = result.levels[2]  # level 0.5: nothing ended in its window
+    quiet.submitted, quiet.completed, quiet.failed = 3, 0, 0
+    quiet.failure_rate, quiet.throughput = 0.0, 0.0  # as summarize_level stores them
+    families = parsed(render(stress_families([("a.json", result)])))
+    ratios = families["gpupoolctl_stress_failure_ratio"].samples
+    assert {s.labels["level"]: s.value for s in ratios} == {"1": 0.0, "2": 0.05}
+    # Its throughput is a measurement (no job ended ok: 0 per second), so it stays.
+    assert (
+        value(
+            families,
+            "gpupoolctl_stress_throughput_jobs_per_second",
+            scenario="nightly",
+            level="0.5",
+        )
+        == 0.0
+    )
+
+
 def test_slice_state_is_the_ledgers_held_or_free() -> None:
     state = ledger_state()
     assert state.slice_state(MIG, NOW) == "held"

@@ -565,6 +565,22 @@ def test_html_with_missing_values_and_no_knees(usl_model):
     assert "<dt>Commit</dt><dd>-</dd>" in page
 
 
+def test_failure_figure_leaves_out_levels_where_no_job_ended():
+    from gpupoolctl.stress.report_html import _failure_figure
+
+    result, baseline = _ramp(), _ramp(name="last-week")
+    for run in (result, baseline):
+        quiet = run.levels[0]  # nothing ended in its window: failure_rate is a stored 0
+        quiet.completed, quiet.failed, quiet.failure_rate = 0, 0, 0.0
+    figure = _failure_figure(result, baseline, "level")
+    current, previous = figure.axes[0].lines[:2]
+    assert list(current.get_xdata()) == [float(n) for n in LEVELS[1:]]
+    assert list(previous.get_xdata()) == [float(n) for n in LEVELS[1:]]
+    # The levels that did end jobs keep their measured percentage, zeros included.
+    assert list(current.get_ydata())[:3] == [0.0, 0.0, 0.0]
+    assert current.get_ydata()[-1] == pytest.approx(100 * result.levels[-1].failure_rate)
+
+
 def test_html_without_levels(usl_model):
     result = _ramp()
     result.levels = []
