@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpupoolctl.errors import GpupoolError, UsageError
+from gpupoolctl.stress.knee import usl_throughput
 from gpupoolctl.stress.model import (
     Distribution,
     KneePoint,
@@ -39,7 +40,7 @@ LAM, SIGMA, KAPPA = 2.5, 0.05, 0.001  # N* = sqrt(0.95 / 0.001), about 30.8
 
 
 def _usl(n: float) -> float:
-    return LAM * n / (1 + SIGMA * (n - 1) + KAPPA * n * (n - 1))
+    return usl_throughput(n, LAM, SIGMA, KAPPA)
 
 
 def _dist(p50: float | None, spread: float = 1.5) -> Distribution:
@@ -449,23 +450,7 @@ def _svgs(page: str) -> list[str]:
     return re.findall(r"<svg\b.*?</svg>", page, flags=re.S)
 
 
-@pytest.fixture
-def usl_model(monkeypatch):
-    """The knee module draws the fitted curve; stand in for it if it is not there yet."""
-    try:
-        from gpupoolctl.stress import knee
-
-        assert callable(knee.usl_throughput)
-    except ImportError:
-        import sys
-        import types
-
-        stand_in = types.ModuleType("gpupoolctl.stress.knee")
-        stand_in.usl_throughput = lambda n, lam, s, k: lam * n / (1 + s * (n - 1) + k * n * (n - 1))
-        monkeypatch.setitem(sys.modules, "gpupoolctl.stress.knee", stand_in)
-
-
-def test_html_parses_and_has_one_svg_per_figure(usl_model):
+def test_html_parses_and_has_one_svg_per_figure():
     page = render_html(_ramp())
     checker = _check(page)
     assert checker.counts["svg"] == 4  # throughput, latency, failures, phases
@@ -481,11 +466,11 @@ def test_html_parses_and_has_one_svg_per_figure(usl_model):
     assert "queue_wait.p95 &lt; 250ms (2.1 s)" in page
 
 
-def test_html_without_phases_draws_three_figures(usl_model):
+def test_html_without_phases_draws_three_figures():
     assert len(_svgs(render_html(_ramp(phases=False)))) == 3
 
 
-def test_html_draws_the_knees_and_the_usl_fit(usl_model):
+def test_html_draws_the_knees_and_the_usl_fit():
     page = render_html(_ramp())
     throughput = _svgs(page)[0]
     assert "N*" in page
@@ -495,7 +480,7 @@ def test_html_draws_the_knees_and_the_usl_fit(usl_model):
     assert "latency knee 32" in _svgs(page)[1]
 
 
-def test_html_without_usl_parameters_draws_no_fit(usl_model):
+def test_html_without_usl_parameters_draws_no_fit():
     knees = _knees()
     knees.usl = KneePoint("usl", "m", None, note="the USL fit needs at least 5 levels, got 4")
     page = render_html(_ramp(knees=knees))
@@ -504,7 +489,7 @@ def test_html_without_usl_parameters_draws_no_fit(usl_model):
     assert "needs at least 5 levels" in page
 
 
-def test_html_references_nothing_outside_itself(usl_model):
+def test_html_references_nothing_outside_itself():
     page = render_html(_ramp(), _ramp(scale=0.9))
     allowed = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
     found = set(re.findall(r"https?://[^\s\"'<>)]+", page))
@@ -516,14 +501,14 @@ def test_html_references_nothing_outside_itself(usl_model):
     assert "src=" not in page
 
 
-def test_html_escapes_the_scenario_name(usl_model):
+def test_html_escapes_the_scenario_name():
     page = render_html(_ramp(name="<script>alert(1)</script>"))
     assert "<script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert _check(page).script == 0
 
 
-def test_html_shows_the_baseline_only_when_given(usl_model):
+def test_html_shows_the_baseline_only_when_given():
     legend = re.compile(r">\s*baseline[^<]*<")
     without = render_html(_ramp())
     assert not any(legend.search(svg) for svg in _svgs(without))
@@ -536,7 +521,7 @@ def test_html_shows_the_baseline_only_when_given(usl_model):
     assert "Compared with</dt><dd>last-week, run 2025-06-01T02:00:00Z" in page
 
 
-def test_html_svg_ids_are_unique_on_the_page(usl_model):
+def test_html_svg_ids_are_unique_on_the_page():
     page = render_html(_ramp(), _ramp(scale=0.9))
     ids = re.findall(r'\bid="([^"]+)"', page)
     assert len(ids) == len(set(ids))
@@ -546,11 +531,11 @@ def test_html_svg_ids_are_unique_on_the_page(usl_model):
     assert set(refs) <= set(ids)
 
 
-def test_html_is_deterministic(usl_model):
+def test_html_is_deterministic():
     assert render_html(_ramp(), _ramp(scale=0.9)) == render_html(_ramp(), _ramp(scale=0.9))
 
 
-def test_html_with_missing_values_and_no_knees(usl_model):
+def test_html_with_missing_values_and_no_knees():
     result = _ramp(knees=None)
     result.knees = None
     result.levels[3].queue_wait = _dist(None)
@@ -581,7 +566,7 @@ def test_failure_figure_leaves_out_levels_where_no_job_ended():
     assert current.get_ydata()[-1] == pytest.approx(100 * result.levels[-1].failure_rate)
 
 
-def test_html_without_levels(usl_model):
+def test_html_without_levels():
     result = _ramp()
     result.levels = []
     page = render_html(result)
@@ -590,7 +575,7 @@ def test_html_without_levels(usl_model):
     assert "nothing to draw" in page
 
 
-def test_html_linear_levels_and_open_model(usl_model):
+def test_html_linear_levels_and_open_model():
     result = _ramp()
     for i, lv in enumerate(result.levels):
         lv.level = 0.5 + 2.0 * i
@@ -605,7 +590,7 @@ def test_html_linear_levels_and_open_model(usl_model):
 # -- write_html ------------------------------------------------------------------------------
 
 
-def test_write_html_is_complete_and_leaves_no_temp(tmp_path, usl_model):
+def test_write_html_is_complete_and_leaves_no_temp(tmp_path):
     target = tmp_path / "report.html"
     target.write_text("old report")
     write_html(_ramp(), target, baseline=_ramp(scale=0.9))
@@ -614,7 +599,7 @@ def test_write_html_is_complete_and_leaves_no_temp(tmp_path, usl_model):
     assert os.listdir(tmp_path) == ["report.html"]
 
 
-def test_write_html_failure_keeps_the_old_file(tmp_path, monkeypatch, usl_model):
+def test_write_html_failure_keeps_the_old_file(tmp_path, monkeypatch):
     target = tmp_path / "report.html"
     target.write_text("old report")
 
@@ -628,6 +613,6 @@ def test_write_html_failure_keeps_the_old_file(tmp_path, monkeypatch, usl_model)
     assert os.listdir(tmp_path) == ["report.html"]
 
 
-def test_write_html_into_a_missing_folder_is_a_clean_error(tmp_path, usl_model):
+def test_write_html_into_a_missing_folder_is_a_clean_error(tmp_path):
     with pytest.raises(GpupoolError, match="cannot write the report"):
         write_html(_ramp(), Path(tmp_path / "missing" / "report.html"))
