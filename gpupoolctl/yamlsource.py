@@ -24,6 +24,8 @@ from gpupoolctl.errors import SourceError, UsageError
 
 __all__ = ["NOT_SCALAR", "YamlSource", "did_you_mean"]
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"  # what the resolver gives a plain `<<` key
+
 
 class _NotScalarType:
     def __repr__(self) -> str:
@@ -46,7 +48,11 @@ class YamlSource:
 
     def __init__(self, text: str, source: str) -> None:
         self.source = source
-        self.loader = yaml.SafeLoader(text)
+        try:
+            self.loader = yaml.SafeLoader(text)
+        except yaml.reader.ReaderError as exc:  # the whole text is checked up front
+            line = text.count("\n", 0, exc.position) + 1
+            raise SourceError(source, line, f"not valid YAML: {exc.reason}") from None
 
     def line(self, node: yaml.Node | None) -> int | None:
         """The node's 1-based line; None without a node (the error then names the file)."""
@@ -64,16 +70,24 @@ class YamlSource:
         except UsageError as exc:
             raise self.fail(node, str(exc)) from None
 
+    def _error(self, exc: yaml.YAMLError, what: str, node: yaml.Node | None) -> SourceError:
+        """One line from pyyaml's error: its problem at its own mark (str(exc) spans several
+        lines, with the context and a snippet of the file)."""
+        if isinstance(exc, yaml.MarkedYAMLError):
+            mark = exc.problem_mark or exc.context_mark
+            line = mark.line + 1 if mark is not None else self.line(node)
+            text = exc.problem or exc.context or type(exc).__name__
+        else:  # a ReaderError (a character YAML does not allow) says where on a second line
+            line = self.line(node)
+            text = (str(exc).splitlines() or [type(exc).__name__])[0]
+        return SourceError(self.source, line, f"{what}: {text}")
+
     def root(self) -> yaml.Node | None:
         """The document's root node, None for an empty document."""
         try:
             return self.loader.get_single_node()
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            line = mark.line + 1 if mark else None
-            raise SourceError(self.source, line, f"not valid YAML: {exc.problem}") from None
         except yaml.YAMLError as exc:
-            raise SourceError(self.source, None, f"not valid YAML: {exc}") from None
+            raise self._error(exc, "not valid YAML", None) from None
 
     def scalar(self, node: yaml.Node) -> Any:
         """The value of a scalar node (str, int, float, bool, None, ...); NOT_SCALAR for a
@@ -83,7 +97,10 @@ class YamlSource:
         try:
             return self.loader.construct_object(node, deep=True)
         except yaml.YAMLError as exc:
-            raise self.fail(node, f"bad value: {exc}") from None
+            raise self._error(exc, "bad value", node) from None
+        except (ValueError, TypeError, OverflowError):  # `!!int x`: the tag's own parse failed
+            tag = node.tag.rpartition(":")[2] or node.tag
+            raise self.fail(node, f"bad value: {node.value!r} is not a valid {tag}") from None
 
     def items(self, node: yaml.Node) -> list[yaml.Node]:
         """A list's items; a single value counts as a list of one."""
@@ -100,18 +117,25 @@ class YamlSource:
         """key -> (key node, value node), in file order. Keys must be strings; with
         `scalar_keys` any scalar but null is read as its text (`7:` is the key '7').
         Duplicate keys are refused, and keys outside `valid` when it is given; each key is
-        checked in turn, so the first bad key in the file is the one named."""
+        checked in turn, so the first bad key in the file is the one named.
+
+        YAML merge keys work as in pyyaml's loaders: `{<<: *base, weight: 2}` has base's
+        keys (named at their own lines), its own keys win over merged ones, and in
+        `<<: [*a, *b]` a wins over b."""
         if not isinstance(node, yaml.MappingNode):
             raise self.fail(node, f"{what} must be a mapping")
         out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
-        for key_node, value_node in node.value:
+        own: set[str] = set()  # keys written in this mapping, not merged into it
+        for key_node, value_node, merged in self._pairs(node):
             key = self.scalar(key_node)
             if scalar_keys and key is not NOT_SCALAR and key is not None:
                 key = str(key)
             if not isinstance(key, str):
                 raise self.fail(key_node, f"{what}: keys must be plain strings")
-            if key in out:
+            if key in own:
                 raise self.fail(key_node, f"{what}: duplicate key {key!r}")
+            if not merged:
+                own.add(key)
             if valid is not None and key not in valid:
                 raise self.fail(
                     key_node,
@@ -120,3 +144,26 @@ class YamlSource:
                 )
             out[key] = (key_node, value_node)
         return out
+
+    def _pairs(
+        self, node: yaml.MappingNode, seen: tuple[yaml.Node, ...] = ()
+    ) -> list[tuple[yaml.Node, yaml.Node, bool]]:
+        """The mapping's (key, value, merged) pairs with merge keys expanded, lowest
+        precedence first: later pairs win. Like pyyaml's flatten_mapping, without changing
+        the nodes (an anchored mapping is read again where it is defined)."""
+        merged: list[tuple[yaml.Node, yaml.Node, bool]] = []
+        own: list[tuple[yaml.Node, yaml.Node, bool]] = []
+        for key_node, value_node in node.value:
+            if key_node.tag != _MERGE_TAG:
+                own.append((key_node, value_node, False))
+                continue
+            sources = (
+                value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+            )
+            for source in reversed(sources):  # the first source wins: it goes last
+                if not isinstance(source, yaml.MappingNode):
+                    raise self.fail(source, "<<: expected a mapping or a list of mappings to merge")
+                if source is node or source in seen:
+                    raise self.fail(source, "<<: a mapping cannot merge itself")
+                merged.extend((k, v, True) for k, v, _ in self._pairs(source, (*seen, node)))
+        return merged + own

@@ -172,6 +172,85 @@ def test_every_error_names_file_and_line(text: str, line: int, message: str) -> 
     assert str(err).startswith(f"layouts.yaml:{line}: ")
 
 
+def test_yaml_merge_keys_in_entries() -> None:
+    merged = parse_spec(
+        spec_text(
+            """\
+            all-1g:
+              - &h100
+                devices: all
+                device-filter: "0x233010DE"
+                mig-enabled: true
+                mig-devices: {1g.10gb: 7}
+            first-two:
+              - <<: *h100
+                devices: [0, 1]
+            """
+        ),
+        "layouts.yaml",
+    )
+    written_out = parse_spec(
+        spec_text(
+            """\
+            first-two:
+              - devices: [0, 1]
+                device-filter: "0x233010DE"
+                mig-enabled: true
+                mig-devices: {1g.10gb: 7}
+            """
+        ),
+        "layouts.yaml",
+    )
+    (entry,) = merged.configs["first-two"]
+    (expected,) = written_out.configs["first-two"]
+    assert entry.devices == (0, 1)  # its own key wins over the merged one
+    assert (entry.device_filter, entry.mig_enabled) == (expected.device_filter, True)
+    assert [(d.key, d.count, d.start) for d in entry.mig_devices] == [
+        (d.key, d.count, d.start) for d in expected.mig_devices
+    ]
+    assert entry.line == 10 and entry.lines["devices"] == 11
+    assert entry.lines["mig-enabled"] == 7  # a merged key keeps the line it is written on
+    assert merged.configs["all-1g"][0].devices == "all"  # the anchored entry is unchanged
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "message"),
+    [
+        ("a:\n  - &e {devices: all, mig-enabled: false, bogus: 1}\nb:\n  - <<: *e\n", 4, "bogus"),
+        ("a:\n  - <<: all\n", 4, "<<: expected a mapping or a list of mappings"),
+        ("a:\n  - devices: !!int all\n    mig-enabled: false\n", 4, "'all' is not a valid int"),
+    ],
+)
+def test_merge_and_tag_errors_are_one_line(body: str, line: int, message: str) -> None:
+    err = error_of(spec_text(body))
+    assert err.line == line, str(err)
+    assert message in str(err)
+    assert "\n" not in str(err)
+
+
+_small_maps = st.dictionaries(st.sampled_from(["p", "q", "r", "s"]), st.integers(0, 9), max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_small_maps, _small_maps, _small_maps, st.booleans())
+def test_merges_read_as_pyyaml_loads_them(
+    first: dict[str, int], second: dict[str, int], own: dict[str, int], as_list: bool
+) -> None:
+    """Whatever the overlap: own keys win, then the first merged mapping, as in safe_load."""
+    import json
+
+    from gpupoolctl.yamlsource import YamlSource
+
+    merge = "[*a, *b]" if as_list else "*a"
+    lines = [f"x: &a {json.dumps(first)}", f"y: &b {json.dumps(second)}", f"m:\n  <<: {merge}"]
+    lines += [f"  {key}: {value}" for key, value in own.items()]
+    text = "\n".join(lines) + "\n"
+    doc = YamlSource(text, "m.yaml")
+    top = doc.mapping(doc.root(), "the file")
+    read = {k: doc.scalar(v) for k, (_, v) in doc.mapping(top["m"][1], "m").items()}
+    assert read == yaml.safe_load(text)["m"]
+
+
 def test_empty_file_is_an_error() -> None:
     err = error_of("")
     assert "empty file" in str(err)

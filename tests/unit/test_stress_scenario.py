@@ -693,6 +693,50 @@ def test_empty_missing_and_directory(tmp_path: Path) -> None:
         load_scenario(binary)
 
 
+def test_yaml_merge_keys_in_a_scenario(tmp_path: Path) -> None:
+    merged = load_scenario(
+        write(
+            tmp_path,
+            """\
+            levels: 1
+            requests:
+              - &small {profile: 1g.10gb, weight: 1, priority: low}
+              - {<<: *small, weight: 2}
+              - <<: [{mem: 20G, weight: 5}, {mem: 40G, preemptible: true}]
+            """,
+        )
+    )
+    written_out = parse_scenario(
+        "levels: 1\nrequests:\n"
+        "  - {profile: 1g.10gb, weight: 1, priority: low}\n"
+        "  - {profile: 1g.10gb, weight: 2, priority: low}\n"
+        "  - {mem: 20G, weight: 5, preemptible: true}\n"  # the first merged mapping wins
+    )
+    assert merged.requests == written_out.requests
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "needle"),
+    [
+        # A merged key is checked like one written there, and named at its own line.
+        ("levels: 1\nrequests:\n  - &s {mem: 10G, color: red}\n  - {<<: *s}\n", 3, "'color'"),
+        ("levels: 1\nrequests:\n  - &s {mem: 10G}\n  - {<<: 3}\n", 4, "<<: expected a mapping"),
+        ("levels: 1\nrequests:\n  - &s {<<: *s}\n", 3, "cannot merge itself"),
+        ("levels: 1\nrequests:\n  - {<<: *nope}\n", 3, "undefined alias 'nope'"),
+        # Its own keys are still unique, merge or not.
+        ("levels: 1\nrequests:\n  - &s {mem: 1G}\n  - {<<: *s, gpus: 1, gpus: 2}\n", 4, "dup"),
+        ("levels: !!int x\n", 1, "'x' is not a valid int"),
+        ("levels: 1\nseed: !!float lots\n", 2, "'lots' is not a valid float"),
+        ("levels: 1\nname: a\x07b\n", 2, "special characters are not allowed"),
+    ],
+)
+def test_yaml_errors_are_one_line(tmp_path: Path, body: str, line: int, needle: str) -> None:
+    error = error_of(tmp_path, body)
+    assert error.line == line, str(error)
+    assert needle in str(error)
+    assert "\n" not in str(error)
+
+
 def test_parse_scenario_from_text() -> None:
     scenario = parse_scenario("levels: 1..4x2\nname: ci\n", "<stdin>")
     assert scenario.name == "ci" and scenario.source == "<stdin>"
