@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupoolctl.agent.workloads import WORKLOAD_COMMAND
+from gpupoolctl.agent.workloads import WORKLOAD_COMMAND, matmul, sim
 from gpupoolctl.errors import UsageError
 from gpupoolctl.ledger.units import parse_memory_mib
 from gpupoolctl.sched.request import JobRequest, parse_priority
@@ -21,8 +21,10 @@ from gpupoolctl.yamlsource import did_you_mean
 
 __all__ = [
     "DTYPES",
+    "MAX_MATMUL_SECONDS",
     "MAX_MATMUL_SIZE",
     "MAX_WORK_S",
+    "MIN_MATMUL_SIZE",
     "SHAPE_FIELDS",
     "WORKLOAD_KINDS",
     "RequestShape",
@@ -31,10 +33,14 @@ __all__ = [
     "shape_from_dict",
 ]
 
-MAX_WORK_S = 3600.0
 WORKLOAD_KINDS = ("sim", "sleep", "cmd", "matmul")
-DTYPES = ("float16", "bfloat16", "float32")
-MAX_MATMUL_SIZE = 65536
+# The node's own limits (its workloads refuse anything else): checked here first, so that a
+# bad scenario fails on the workstation before any job is sent. The agent's workload modules
+# are stdlib only and define nothing but constants and functions at import.
+MAX_WORK_S = sim.MAX_WORK_S  # sim --work and sleep --seconds
+MAX_MATMUL_SECONDS = matmul.MAX_SECONDS
+DTYPES = matmul.DTYPES
+MIN_MATMUL_SIZE, MAX_MATMUL_SIZE = matmul.MIN_SIZE, matmul.MAX_SIZE
 
 # --- workload ----------------------------------------------------------------------------
 
@@ -53,7 +59,8 @@ def check_workload_arg(kind: str, key: str, value: Any) -> Any:
     if key not in valid:
         raise UsageError(f"workload {kind}: unknown argument {key!r}; valid: {', '.join(valid)}")
     if key in ("work_s", "seconds"):
-        return bounded_seconds(value, f"workload {kind} {key}", allow_zero=False, most=MAX_WORK_S)
+        most = MAX_MATMUL_SECONDS if kind == "matmul" else MAX_WORK_S
+        return bounded_seconds(value, f"workload {kind} {key}", allow_zero=False, most=most)
     if key in ("sigma", "kappa"):
         if value is None:
             return None
@@ -63,8 +70,10 @@ def check_workload_arg(kind: str, key: str, value: Any) -> Any:
     if key == "size":
         if isinstance(value, bool) or not isinstance(value, int):
             raise UsageError(f"workload matmul size: expected a whole number, got {value!r}")
-        if not 1 <= value <= MAX_MATMUL_SIZE:
-            raise UsageError(f"workload matmul size: expected 1..{MAX_MATMUL_SIZE}, got {value}")
+        if not MIN_MATMUL_SIZE <= value <= MAX_MATMUL_SIZE:
+            raise UsageError(
+                f"workload matmul size: expected {MIN_MATMUL_SIZE}..{MAX_MATMUL_SIZE}, got {value}"
+            )
         return value
     if key == "dtype":
         if value not in DTYPES:

@@ -342,6 +342,34 @@ def test_workload_argv_per_kind() -> None:
     ]
 
 
+def test_workload_limits_are_the_nodes_own() -> None:
+    """One definition: the scenario checks against the agent's workload modules' limits."""
+    from gpupoolctl.agent.workloads import matmul, sim
+    from gpupoolctl.stress import workload
+
+    assert workload.DTYPES is matmul.DTYPES
+    assert workload.MAX_MATMUL_SIZE is matmul.MAX_SIZE
+    assert workload.MAX_MATMUL_SECONDS is matmul.MAX_SECONDS
+    assert workload.MAX_WORK_S is sim.MAX_WORK_S
+    assert Workload("matmul", {"size": matmul.MAX_SIZE}).args["size"] == matmul.MAX_SIZE
+    with pytest.raises(UsageError, match=f"expected {matmul.MIN_SIZE}..{matmul.MAX_SIZE}"):
+        Workload("matmul", {"size": matmul.MAX_SIZE + 1})
+
+
+def test_importing_the_workload_limits_stays_light() -> None:
+    """The agent's workload modules are imported on the workstation for their limits: that
+    must not load a GPU library (matmul imports torch or cupy only when it runs)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gpupoolctl.stress.workload\n"
+        "print(sorted(m for m in ('torch', 'cupy', 'numpy') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_workload_defaults_are_filled_in() -> None:
     assert Workload("sim", {}) == Workload("sim", {"work_s": 1.0, "sigma": None, "kappa": None})
     assert Workload("matmul").args == {"seconds": 10.0, "size": 4096, "dtype": "float16"}
