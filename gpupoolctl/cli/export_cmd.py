@@ -2,9 +2,19 @@
 
 Each target is one command function below: it reads what it needs (facts from the selected
 nodes with `_read_nodes`, the ledger with `_read_ledger`), calls its library module under
-gpupoolctl.export, writes the target's own format with `_write`, and ends with
-`_exit_if_unreachable` (exit 3 when some hosts could not be read; what is known is still
-exported). Adding a target is adding one such decorated function.
+gpupoolctl.export, writes the target's own format with `_write`, and ends with exit 3 when
+some hosts could not be read. What it prints then depends on what reads it:
+
+- output that is applied as the whole truth (the k8s ConfigMap and its commands, the
+  mig-parted config) is not printed at all (`_refuse_partial`): in `export k8s | kubectl
+  apply -f -` the exit status is lost, and the applied ConfigMap would drop the configs
+  that unread nodes' labels still name;
+- -o json/yaml documents carry each host's outcome, so what is known is printed
+  (`_exit_if_unreachable`);
+- the Ansible inventory is printed whole: its groups, hosts and vars come from the inventory
+  file, and an unread node only lacks its gpupool_ facts (absent, never wrong).
+
+Adding a target is adding one such decorated function.
 """
 
 from __future__ import annotations
@@ -36,13 +46,20 @@ app = typer.Typer(
 # -- shared steps --------------------------------------------------------------------------
 
 
-def _read_nodes(settings: Settings) -> tuple[Inventory, list[HostFacts]]:
-    """The inventory, and the facts of every selected host (read or not)."""
+def _read_nodes(settings: Settings, only: str | None = None) -> tuple[Inventory, list[HostFacts]]:
+    """The inventory, and the facts of every selected host (read or not); with `only`, of
+    that host alone when it is selected (no other host is contacted)."""
     from gpupoolctl.cli.partition_fanout import HostFacts
 
     selection = pool.select(settings)
+    if only is not None:
+        selection = pool.Selection(
+            selection.inventory, [h for h in selection.hosts if h.name == only]
+        )
     targets = selection.targets()
-    results = pool.fan_out(settings, targets, {"v": 1, "verb": "facts", "args": {}})
+    results = (
+        pool.fan_out(settings, targets, {"v": 1, "verb": "facts", "args": {}}) if targets else []
+    )
     hosts = [
         HostFacts(host, target, result)
         for host, target, result in zip(selection.hosts, targets, results, strict=True)
@@ -68,9 +85,24 @@ def _outcomes(hosts: list[HostFacts]) -> list[dict[str, Any]]:
 
 
 def _exit_if_unreachable(hosts: list[HostFacts]) -> None:
+    """Exit 3 after the export was printed, naming each host left out of it."""
     down = [host for host in hosts if not host.ok]
     for host in down:
         warn(f"{host.name}: {host.result.outcome}: {host.result.error} (left out of the export)")
+    if down:
+        raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+def _refuse_partial(hosts: list[HostFacts], target: str) -> None:
+    """Exit 3 before anything is printed when some host could not be read: one line per
+    host on stderr. For output that is applied as the whole pool's state, where a host left
+    out means its configuration is removed."""
+    down = [host for host in hosts if not host.ok]
+    for host in down:
+        warn(
+            f"{host.name}: {host.result.outcome}: {host.result.error} (export {target} "
+            "printed nothing: it would leave this host out)"
+        )
     if down:
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
 
@@ -159,8 +191,9 @@ def k8s(
     Point the operator at the ConfigMap with
     --set migManager.config.name=gpupoolctl-mig-parted-config. Applying replaces the
     previous ConfigMap, so export the whole pool: with -l, configs still named by nodes
-    left out would vanish. Exit 3 when some hosts could not be read (they are left out;
-    the rest is exported).
+    left out would vanish. For the same reason, when some hosts could not be read the
+    manifest and the commands are not printed at all (exit 3, each host named on stderr);
+    -o json/yaml still gives the hosts read, with every host's outcome (exit 3).
     """
     from gpupoolctl.export.k8s import NODE_NAME_VAR, check_namespace, k8s_export
 
@@ -168,6 +201,9 @@ def k8s(
     _refuse_output(settings, (OutputFormat.json, OutputFormat.yaml), "k8s")
     check_namespace(namespace)
     inventory, hosts = _read_nodes(settings)
+    structured = settings.output in (OutputFormat.json, OutputFormat.yaml)
+    if not structured:
+        _refuse_partial(hosts, "k8s")
     node_names = {
         h.name: str(h.host.vars[NODE_NAME_VAR]) for h in hosts if h.host.vars.get(NODE_NAME_VAR)
     }
@@ -177,7 +213,7 @@ def k8s(
         namespace=namespace,
         node_names=node_names,
     )
-    if settings.output in (OutputFormat.json, OutputFormat.yaml):
+    if structured:
         _structured(settings, {**export.to_dict(), "hosts": _outcomes(hosts)})
     elif output_format is K8sFormat.commands:
         _write(export.commands())
@@ -206,11 +242,25 @@ def mig_parted(
     \b
       gpupoolctl export mig-parted > layout-$(date +%F).yaml
 
-    Exit 3 when some hosts could not be read (they are left out).
+    When some hosts could not be read nothing is printed (exit 3, each host named on
+    stderr): a config without them, kept to restore from, would silently lack their layout.
+    The JSON form is the same config, with no per-host outcome, so it is refused too.
     """
-    from gpupoolctl.cli.partition_cmd import export
+    import json
 
-    export(ctx, label=label)
+    import yaml
+
+    from gpupoolctl.partition import export_config
+
+    settings: Settings = ctx.obj
+    _, hosts = _read_nodes(settings)
+    _refuse_partial(hosts, "mig-parted")
+    config = export_config(_facts(hosts), label=label)
+    # Written exactly as `partition export` writes it: one document, whichever command.
+    if settings.resolved_output() is OutputFormat.json:
+        _write(json.dumps(config, indent=2) + "\n")
+    else:
+        _write(yaml.safe_dump(config, sort_keys=False, default_flow_style=False))
 
 
 # -- prometheus ----------------------------------------------------------------------------
@@ -314,8 +364,11 @@ def ansible(
       chmod +x pool.sh && ansible-inventory -i pool.sh --list
 
     --no-facts keeps it fast and never exits 3 (Ansible rejects a script that fails).
+    --host NAME reads NAME's node alone (when -l selects it).
 
-    Exit 3 when some nodes could not be read (their facts are missing; the rest is there).
+    Exit 3 when some nodes could not be read. The document is still printed whole: its
+    groups, hosts and vars come from the inventory, and an unread node only lacks its
+    gpupool_ facts (absent, never a wrong value).
     """
     import json
 
@@ -327,7 +380,7 @@ def ansible(
         raise UsageError("export ansible: give --list or --host, not both")
     hosts: list[HostFacts] = []
     if facts:
-        inventory, hosts = _read_nodes(settings)
+        inventory, hosts = _read_nodes(settings, only=host)
     else:
         inventory = _load_inventory(settings)
     view = _read_ledger(settings)

@@ -105,6 +105,27 @@ def test_k8s_exit_3_still_exports_the_hosts_read(gp) -> None:
     assert "gone:" in run.stderr and "left out of the export" in run.stderr
 
 
+def down_lines(stderr: str, host: str = "gone") -> list[str]:
+    return [line for line in stderr.splitlines() if f"warning: {host}:" in line]
+
+
+@pytest.mark.parametrize("form", ["manifest", "commands"])
+def test_k8s_prints_nothing_to_apply_when_a_host_is_down(gp, form: str) -> None:
+    """`export k8s | kubectl apply -f -` loses the exit status: a ConfigMap without the
+    unread hosts' configs would be applied while their labels still name them."""
+    run = gp("-q", "-i", str(one_down(gp)), "export", "k8s", "--format", form)
+    assert run.code == 3, run.stderr
+    assert run.stdout == ""
+    (line,) = down_lines(run.stderr)
+    assert "export k8s printed nothing" in line
+    assert "h1" not in run.stderr  # the host read is not blamed
+    as_yaml = gp("-q", "-i", str(one_down(gp)), "export", "k8s", "-o", "yaml")
+    assert as_yaml.code == 3
+    data = yaml.safe_load(as_yaml.stdout)  # tools still get the hosts read and each outcome
+    assert [n["host"] for n in data["nodes"]] == ["h1"]
+    assert {h["name"]: h["outcome"] == "ok" for h in data["hosts"]} == {"h1": True, "gone": False}
+
+
 def test_k8s_node_name_from_the_inventory(gp) -> None:
     path = gp.tmp / "named.yaml"
     path.write_text(
@@ -154,10 +175,14 @@ def test_mig_parted_keeps_partition_exports_options(gp) -> None:
     }
 
 
-def test_mig_parted_exit_3_when_a_host_is_down(gp) -> None:
-    run = gp("-q", "-i", str(one_down(gp)), "export", "mig-parted")
+@pytest.mark.parametrize("output", [[], ["-o", "json"]])
+def test_mig_parted_prints_nothing_when_a_host_is_down(gp, output: list[str]) -> None:
+    """A config kept to restore from must not silently lack a host's layout."""
+    run = gp("-q", "-i", str(one_down(gp)), *output, "export", "mig-parted")
     assert run.code == 3
-    assert yaml.safe_load(run.stdout)["version"] == "v1"  # h1's layout is still written
+    assert run.stdout == ""
+    (line,) = down_lines(run.stderr)
+    assert "export mig-parted printed nothing" in line
 
 
 # -- prometheus ----------------------------------------------------------------------------
@@ -300,6 +325,21 @@ def test_ansible_exit_3_keeps_the_whole_inventory(gp) -> None:
     assert hostvars["h1"]["gpupool_gpus"] == 8
     assert "gpupool_gpus" not in hostvars["gone"]
     assert hostvars["gone"]["ansible_port"] == 1
+
+
+def test_ansible_host_reads_only_that_node(gp) -> None:
+    inventory = str(one_down(gp))
+    one = gp("-q", "-i", inventory, "export", "ansible", "--host", "h1")
+    assert one.code == 0, one.stderr  # "gone" is down, but it was not asked for
+    assert one.json()["gpupool_gpus"] == 8
+    assert down_lines(one.stderr) == []
+    other = gp("-q", "-i", inventory, "export", "ansible", "--host", "gone")
+    assert other.code == 3
+    assert other.json() == {"ansible_host": "127.0.0.1", "ansible_port": 1}  # its own vars
+    assert len(down_lines(other.stderr)) == 1
+    unknown = gp("-q", "-i", inventory, "export", "ansible", "--host", "nope")
+    assert unknown.code == 2 and "no such host" in unknown.stderr
+    assert down_lines(unknown.stderr) == []  # refused before any node is contacted
 
 
 def test_export_slurm_with_an_empty_ledger_fails_and_leaves_the_target_file_alone(cli) -> None:
