@@ -23,7 +23,7 @@ from gpupoolctl.cli.settings import Settings
 from gpupoolctl.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
-    from gpupoolctl.stress.backend import Backend, Work
+    from gpupoolctl.stress.backend import Backend
     from gpupoolctl.stress.model import RunResult
     from gpupoolctl.stress.runner import Event
     from gpupoolctl.stress.scenario import Scenario
@@ -73,21 +73,11 @@ def _scenario(scenario_file: Path | None, overrides: dict[str, Any]) -> Scenario
 def _pool_backend(settings: Settings, scenario: Scenario) -> Backend:
     from gpupoolctl.cli import pool
     from gpupoolctl.cli.ledger_cmd import open_ledger
-    from gpupoolctl.jobs.spec import JobSpec
     from gpupoolctl.ledger import current_user
-    from gpupoolctl.sched import JobRequest
+    from gpupoolctl.stress.backend import job_spec
     from gpupoolctl.stress.pool_backend import PoolBackend
 
     chosen = pool.job_hosts(settings)
-
-    def make_spec(work: Work) -> JobSpec:
-        shape: Any = work.shape
-        return JobSpec(
-            argv=list(work.argv),
-            request=JobRequest(**shape.job_fields()),
-            name=work.name,
-            policy=scenario.policy,
-        )
 
     backend = PoolBackend(
         open_ledger=lambda: open_ledger(settings),
@@ -95,7 +85,7 @@ def _pool_backend(settings: Settings, scenario: Scenario) -> Backend:
         run=lambda requests: pool.fan_out_each(settings, requests),
         owner=current_user(),
         hosts=chosen.placeable,
-        make_spec=make_spec,
+        make_spec=lambda work: job_spec(work, scenario.policy),
         poll_s=scenario.poll_s,
     )
     backend.prepare()
@@ -103,21 +93,13 @@ def _pool_backend(settings: Settings, scenario: Scenario) -> Backend:
 
 
 def _slurm_backend(scenario: Scenario) -> Backend:
-    from gpupoolctl.jobs.spec import JobSpec
-    from gpupoolctl.sched import JobRequest
     from gpupoolctl.slurm.client import SlurmClient
+    from gpupoolctl.stress.backend import job_spec
     from gpupoolctl.stress.slurm_backend import SlurmBackend
 
-    def make_spec(work: Work) -> JobSpec:
-        shape: Any = work.shape
-        return JobSpec(
-            argv=list(work.argv),
-            request=JobRequest(**shape.job_fields()),
-            name=work.name,
-            policy=scenario.policy,
-        )
-
-    backend = SlurmBackend(SlurmClient(), make_spec, poll_s=scenario.poll_s)
+    backend = SlurmBackend(
+        SlurmClient(), lambda work: job_spec(work, scenario.policy), poll_s=scenario.poll_s
+    )
     backend.prepare(scenario.requests)
     return backend
 
@@ -214,8 +196,6 @@ def _show(settings: Settings, result: RunResult, *, plot: bool, baseline: Any = 
             lines.append(report_text.terminal_plot(result, baseline, color=sys.stdout.isatty()))
         for line in lines:
             sys.stdout.write(line + "\n")
-    if settings.resolved_output().value == "csv":
-        return
 
 
 def _csv_keys(result: RunResult) -> list[str]:
@@ -357,10 +337,12 @@ def ramp(
         backend = _pool_backend(settings, scenario)
     with _progress(settings, len(scenario.levels)) as on_event:
         runner = Ramp(scenario, backend, on_event=on_event)
-        with _interruptible(runner):
-            outcome = runner.run()
-    for message in backend.warnings():
-        warn(message)
+        try:
+            with _interruptible(runner):
+                outcome = runner.run()
+        finally:  # also when the ramp broke: the likely cause is among them
+            for message in [*backend.warnings(), *runner.notes]:
+                warn(message)
     if save is not None:
         results.save(outcome, save)
         notice(f"results saved to {save}", quiet=settings.quiet)

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpupoolctl.errors import GpupoolError
+
+if TYPE_CHECKING:
+    from gpupoolctl.jobs.spec import JobSpec
 
 
 class SubmitRefused(GpupoolError):
@@ -25,6 +28,21 @@ class Work:
     argv: list[str]
     name: str
     shape: object  # scenario.RequestShape; opaque to the runner
+
+
+def job_spec(work: Work, policy: str) -> JobSpec:
+    """What a backend submits for one piece of work: the shape's request, the workload's
+    command, a name the ramp can find again."""
+    from gpupoolctl.jobs.spec import JobSpec
+    from gpupoolctl.sched import JobRequest
+
+    shape: Any = work.shape
+    return JobSpec(
+        argv=list(work.argv),
+        request=JobRequest(**shape.job_fields()),
+        name=work.name,
+        policy=policy,
+    )
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.errors import GpupoolError
 from gpupoolctl.jobs import Jobs, Nodes
+from gpupoolctl.ledger.state import JOB_TERMINAL
 from gpupoolctl.stress.backend import Finished, SubmitRefused, Ticket, Work
 
 if TYPE_CHECKING:
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
     from gpupoolctl.remote.target import Target
 
 _LEDGER_CALLS = {"read", "write", "refresh_slices"}
-_SETTLED_STATES = {"done", "failed", "cancelled"}
 
 
 class Meter:
@@ -127,6 +127,7 @@ class PoolBackend:
         self._closed = threading.Event()
         self._reaper: threading.Thread | None = None
         self._reaper_jobs: Jobs | None = None
+        self._reaper_failure: str | None = None
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -155,16 +156,19 @@ class PoolBackend:
 
     def _collect(self, jobs: Jobs) -> None:
         """Move a Jobs' warnings into the run's (a Jobs lives for many submits)."""
-        with self._lock:
-            for message in jobs.warnings:
-                if message not in self._warnings:
-                    self._warnings.append(message)
+        for message in jobs.warnings:
+            self._warn(message)
         jobs.warnings.clear()
         jobs.hosts_failed = False
 
     def warnings(self) -> list[str]:
         with self._lock:
             return list(self._warnings)
+
+    def _warn(self, message: str) -> None:
+        with self._lock:
+            if message not in self._warnings:
+                self._warnings.append(message)
 
     def prepare(self) -> None:
         """Read slices from the nodes once, before any clock runs (as `submit` would on
@@ -192,7 +196,7 @@ class PoolBackend:
             accepted = time.time()
             phases = meter.take()
         ticket = Ticket(job_id=str(outcome.job_id), accepted=accepted, phases=phases)
-        if outcome.state in _SETTLED_STATES:
+        if outcome.state in JOB_TERMINAL:
             ticket.finished = Finished(
                 ok=outcome.state == "done",
                 started=None,
@@ -205,9 +209,13 @@ class PoolBackend:
         return ticket
 
     def wait(self, ticket: Ticket, timeout: float) -> Finished | None:
+        """The job's end, or None after `timeout`. The job's waiter stays registered until
+        its end is taken (or the job is abandoned): a reaper pass that outlasts one short
+        wait must still find it."""
         if ticket.finished is not None:
             return ticket.finished
         with self._lock:
+            self._raise_if_reaper_failed()
             waiter = self._waiting.setdefault(ticket.job_id, _Waiter())
             if self._reaper is None:
                 self._reaper = threading.Thread(
@@ -216,9 +224,14 @@ class PoolBackend:
                 self._reaper.start()
         waiter.event.wait(timeout)
         with self._lock:
-            if waiter.finished is None:
+            self._raise_if_reaper_failed()
+            if waiter.finished is not None:
                 self._waiting.pop(ticket.job_id, None)
             return waiter.finished
+
+    def _raise_if_reaper_failed(self) -> None:
+        if self._reaper_failure is not None:
+            raise RuntimeError(f"the reaper stopped: {self._reaper_failure}")
 
     def abandon(self, ticket: Ticket) -> None:
         from gpupoolctl.jobs import control
@@ -227,25 +240,35 @@ class PoolBackend:
             try:
                 control.cancel(jobs, ticket.job_id, grace_s=0)
             except GpupoolError as exc:
-                with self._lock:
-                    self._warnings.append(f"{ticket.job_id}: could not cancel: {exc}")
+                self._warn(f"{ticket.job_id}: could not cancel: {exc}")
             with self._lock:
                 self._outstanding.discard(ticket.job_id)
+                self._waiting.pop(ticket.job_id, None)
             self._collect(jobs)
 
     def close(self) -> None:
-        """Stop the reaper, cancel what is still queued or running, record what ended."""
+        """Stop the reaper, cancel what is still queued or running, record what ended.
+        Problems here are warnings: they must not cost the run its measurements."""
         self._closed.set()
         if self._reaper is not None:
             self._reaper.join(timeout=60)
-        with self._lock:
-            left = sorted(self._outstanding)
-        with self._borrow() as (jobs, _):
-            if left:
-                self._cancel_left(jobs, left)
-            self._collect(jobs)
-        for made in [*self._made, *([self._reaper_jobs] if self._reaper_jobs else [])]:
-            made.ledger.close()
+        try:
+            with self._lock:
+                left = sorted(self._outstanding)
+            with self._borrow() as (jobs, _):
+                if left:
+                    self._cancel_left(jobs, left)
+                self._collect(jobs)
+        except GpupoolError as exc:
+            self._warn(f"clean-up: {exc}")
+        finally:
+            reaper_done = self._reaper is None or not self._reaper.is_alive()
+            handles = [
+                *self._made,
+                *([self._reaper_jobs] if self._reaper_jobs and reaper_done else []),
+            ]
+            for made in handles:
+                made.ledger.close()
 
     def _cancel_left(self, jobs: Jobs, left: list[str]) -> None:
         from gpupoolctl.jobs import control
@@ -253,52 +276,64 @@ class PoolBackend:
         try:
             control.refresh(jobs)  # record the ones that ended meanwhile
         except GpupoolError as exc:
-            self._warnings.append(f"clean-up: {exc}")
+            self._warn(f"clean-up: {exc}")
         state = jobs.read().state
         for job_id in left:
             if job_id in state.jobs:
                 try:
                     control.cancel(jobs, job_id, grace_s=0)
                 except GpupoolError as exc:
-                    self._warnings.append(f"clean-up: {job_id}: {exc}")
+                    self._warn(f"clean-up: {job_id}: {exc}")
 
     # -- the reaper -------------------------------------------------------------------------
 
     def _reap_loop(self) -> None:
+        try:
+            self._reap_until_closed()
+        except BaseException as exc:
+            with self._lock:
+                self._reaper_failure = f"{type(exc).__name__}: {exc}"
+                waiters = list(self._waiting.values())
+            for waiter in waiters:
+                waiter.event.set()  # they re-raise it: the ramp stops as a harness error
+
+    def _reap_until_closed(self) -> None:
         from gpupoolctl.jobs import control
 
         jobs, meter = self._new_jobs()
         self._reaper_jobs = jobs
         while not self._closed.wait(self.poll_s):
             with self._lock:
-                waiting = dict(self._waiting)
-            if not waiting:
+                pending = [j for j, w in self._waiting.items() if w.finished is None]
+            if not pending:
                 continue
             try:
                 control.refresh(jobs)
                 state = jobs.read().state
             except GpupoolError as exc:
-                with self._lock:
-                    if str(exc) not in self._warnings:
-                        self._warnings.append(str(exc))
+                self._warn(str(exc))
                 continue
             finally:
                 meter.take()
                 self._collect(jobs)
             now = time.time()
-            for job_id, waiter in waiting.items():
+            for job_id in pending:
                 record = state.finished.get(job_id)
                 if record is None and job_id in state.jobs:
                     continue
-                waiter.finished = (
+                finished = (
                     finished_from(record, now)
                     if record is not None
                     else Finished(ok=False, started=None, ended=now, error="job left the ledger")
                 )
                 with self._lock:
-                    self._waiting.pop(job_id, None)
+                    # Looked up now, not from a copy: the thread may have re-registered.
+                    waiter = self._waiting.get(job_id)
                     self._outstanding.discard(job_id)
-                waiter.event.set()
+                    if waiter is not None:
+                        waiter.finished = finished
+                if waiter is not None:
+                    waiter.event.set()
 
 
 def finished_from(record: dict[str, Any], now: float) -> Finished:

@@ -122,6 +122,8 @@ class _Reader:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.expected(_join(where, key), "a number" + (" or null" if null else ""), value)
+        if not math.isfinite(value):  # NaN compares false both ways: it would pass compare
+            raise self.expected(_join(where, key), "a finite number", value)
         # Kept as read (4 stays 4, not 4.0) so that loading and saving again is byte-stable.
         return value
 

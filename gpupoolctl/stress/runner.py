@@ -34,6 +34,8 @@ class HarnessError(GpupoolError):
 REFUSED_BACKOFF_S = 0.05  # a refused submit is retried no faster than this (no hot loop)
 MAX_OPEN_WORKERS = 1024
 WAIT_SLICE_S = 0.5
+JOIN_MARGIN_S = 60.0
+CLOCK_SKEW_S = 0.05  # a start this much before its submit means the clocks disagree
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,8 @@ class _Level:
 
 
 class Ramp:
+    join_margin_s = JOIN_MARGIN_S  # after a level's drain, for a last abandon to return
+
     def __init__(
         self,
         scenario: Any,
@@ -123,6 +127,8 @@ class Ramp:
         self._argv = scenario.workload.argv()
         self._current: _Level | None = None
         self.interrupted = False
+        self.notes: list[str] = []  # for the CLI's stderr: things that weaken the numbers
+        self._skew = 0.0
 
     # -- one job ----------------------------------------------------------------------------
 
@@ -177,11 +183,23 @@ class Ramp:
             if finished.run_s is not None:
                 sample.phases["run"] = finished.run_s
             if finished.started is not None:
+                if finished.started < sample.submitted - CLOCK_SKEW_S:
+                    self._note_skew(sample.submitted - finished.started)
                 measured = sample.phases.get("ledger", 0.0) + sample.phases.get("launch", 0.0)
                 waited = finished.started - sample.submitted - measured
                 sample.phases["queue"] = max(0.0, waited)
         sample.harness_s = max(0.0, perf_counter() - begin - spent_in_backend)
         lvl.record(sample)
+
+    def _note_skew(self, behind: float) -> None:
+        # Queue wait compares the node's start time with the workstation's submit time.
+        if behind > self._skew:
+            self._skew = behind
+            self.notes[:] = [
+                f"a node's clock is up to {behind:.2f}s behind this workstation's (a job "
+                "started before it was submitted): queue waits are understated; sync the "
+                "clocks (NTP) and run again"
+            ]
 
     # -- the two load models ----------------------------------------------------------------
 
@@ -241,9 +259,18 @@ class Ramp:
         self._join(lvl, threads)
 
     def _join(self, lvl: _Level, threads: list[threading.Thread]) -> None:
-        # Bounded: every wait inside ends by drain_end; the margin covers a last abandon.
+        # Every wait inside a worker ends by drain_end; the margin covers a last abandon.
+        # One deadline for all: N stuck threads must not cost N margins.
+        deadline = lvl.drain_end + self.join_margin_s
         for thread in threads:
-            thread.join(timeout=max(0.0, lvl.drain_end - time.time()) + 60)
+            thread.join(timeout=max(0.0, deadline - time.time()))
+        stuck = sum(thread.is_alive() for thread in threads)
+        if stuck:
+            lvl.halt()
+            raise HarnessError(
+                f"level {lvl.level:g}: {stuck} worker(s) still busy {self.join_margin_s:g}s "
+                "after the drain ended (a submit or cancel call did not return)"
+            )
 
     # -- the ramp ---------------------------------------------------------------------------
 
@@ -303,13 +330,7 @@ class Ramp:
         finally:
             self._current = None
             self.backend.close()
-        curve = [lv.level for lv in levels]
-        knees = knee.find_knees(
-            curve,
-            [lv.throughput for lv in levels],
-            [lv.queue_wait.p95 for lv in levels],
-            model=scenario.model,
-        )
+        knees = knee.knees_from_results(levels)
         return RunResult(
             scenario=scenario.to_dict(),
             levels=levels,

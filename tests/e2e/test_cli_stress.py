@@ -24,7 +24,7 @@ KNEE_SCENARIO = f"""\
 name: knee-check
 levels: 1..8+1
 warmup: 1s
-hold: 5s
+hold: 6s
 drain: 15s
 job-timeout: 60s
 workload:

@@ -241,6 +241,15 @@ CASES = [
     (lambda d: d.update(backend=None), "backend: expected a string, got null"),
     (lambda d: d.update(commit=5), "commit: expected a string or null, got 5"),
     (lambda d: d.pop("created"), "created: missing"),
+    # NaN compares false both ways, so a damaged file must not reach compare as a "pass".
+    (
+        lambda d: d["levels"][0].update(throughput=float("nan")),
+        "levels[0].throughput: expected a finite number",
+    ),
+    (
+        lambda d: d["levels"][0]["queue_wait"].update(p95=float("inf")),
+        "levels[0].queue_wait.p95: expected a finite number",
+    ),
 ]
 
 

@@ -147,11 +147,12 @@ class HangingBackend(TimedBackend):
 def test_jobs_that_never_end_are_abandoned_by_their_time_out() -> None:
     backend = HangingBackend()
     started = time.monotonic()
-    result = Ramp(scenario(levels=(2,), hold_s=0.2, job_timeout_s=0.3, drain_s=5.0), backend).run()
+    # A 1 s hold: both submitters start inside it even on a loaded machine.
+    result = Ramp(scenario(levels=(2,), hold_s=1.0, job_timeout_s=0.3, drain_s=5.0), backend).run()
     elapsed = time.monotonic() - started
     level = result.levels[0]
-    assert sorted(backend.abandoned) == ["t-1", "t-2"]  # one per submitter, each abandoned
-    assert level.failed == 2 and level.completed == 0
+    assert {"t-1", "t-2"} <= set(backend.abandoned)  # both submitters' jobs, and any later
+    assert level.failed == len(backend.abandoned) and level.completed == 0
     assert any(message.startswith("timed out after") for message in level.errors)
     assert elapsed < 5.0  # the job time-out, not the drain, ended the wait
 
@@ -223,3 +224,17 @@ def test_a_broken_backend_stops_the_ramp_as_a_harness_error_and_is_closed() -> N
         Ramp(scenario(levels=(1, 2), hold_s=30.0), backend).run()
     assert time.monotonic() - started < 10.0  # it did not sit out the 30 s hold
     assert backend.closed
+
+
+def test_a_submit_that_never_returns_is_a_harness_error_not_an_endless_wait() -> None:
+    class Stuck(TimedBackend):
+        def submit(self, work: Work) -> Ticket:
+            time.sleep(30)  # a lock that is never granted
+            raise AssertionError("unreachable in this test")
+
+    ramp = Ramp(scenario(levels=(3, 4), hold_s=0.1, drain_s=0.2), Stuck())
+    ramp.join_margin_s = 0.5
+    started = time.monotonic()
+    with pytest.raises(HarnessError, match=r"level 3: 3 worker\(s\) still busy"):
+        ramp.run()
+    assert time.monotonic() - started < 5.0  # one margin for all three, not three

@@ -1,0 +1,102 @@
+"""PoolBackend's waiting and reaping, with the ledger and nodes replaced by stand-ins that
+each test controls (the real path is covered end to end in tests/e2e/test_cli_stress.py)."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gpupoolctl.jobs import control
+from gpupoolctl.stress.backend import Ticket
+from gpupoolctl.stress.pool_backend import Meter, PoolBackend
+
+DONE = {"id": "j-1", "state": "done", "exit_code": 0, "nodes": [{"started": 100.0}], "ended": 101.5}
+
+
+class FakeJobs:
+    """What the reaper reads: a ledger view whose finished jobs the test sets."""
+
+    def __init__(self, finished: dict[str, dict[str, Any]]) -> None:
+        self.finished = finished
+        self.warnings: list[str] = []
+        self.hosts_failed = False
+        self.ledger = SimpleNamespace(closed=False)
+        self.ledger.close = lambda: setattr(self.ledger, "closed", True)
+
+    def read(self) -> Any:
+        return SimpleNamespace(state=SimpleNamespace(finished=self.finished, jobs={}))
+
+
+class StandInBackend(PoolBackend):
+    def __init__(self, finished: dict[str, dict[str, Any]]) -> None:
+        super().__init__(
+            open_ledger=lambda: None,  # type: ignore[arg-type,return-value]
+            targets=[],
+            run=lambda requests: [],
+            owner="tester",
+            hosts=None,
+            make_spec=lambda work: None,  # type: ignore[arg-type,return-value]
+            poll_s=0.05,
+        )
+        self.fakes: list[FakeJobs] = []
+        self.finished_jobs = finished
+
+    def _new_jobs(self) -> tuple[Any, Meter]:
+        fake = FakeJobs(self.finished_jobs)
+        self.fakes.append(fake)
+        return fake, Meter()
+
+
+def wait_in_slices(backend: PoolBackend, ticket: Ticket, within: float) -> Any:
+    """As the runner waits: short slices, again and again."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        finished = backend.wait(ticket, 0.2)
+        if finished is not None:
+            return finished
+    return None
+
+
+def test_an_ended_job_is_seen_even_when_a_reaper_pass_outlasts_each_short_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A pass over far nodes can take longer than one wait slice; the job must still be seen.
+    monkeypatch.setattr(control, "refresh", lambda jobs: time.sleep(0.7))
+    backend = StandInBackend({"j-1": DONE})
+    ticket = Ticket(job_id="j-1", accepted=time.time())
+    try:
+        finished = wait_in_slices(backend, ticket, within=5.0)
+    finally:
+        backend.close()
+    assert finished is not None and finished.ok
+    assert finished.started == 100.0 and finished.run_s == pytest.approx(1.5)
+
+
+def test_a_reaper_that_breaks_stops_the_waits_with_its_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(jobs: Any) -> None:
+        raise KeyError("nodes")
+
+    monkeypatch.setattr(control, "refresh", broken)
+    backend = StandInBackend({})
+    ticket = Ticket(job_id="j-9", accepted=time.time())
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="the reaper stopped: KeyError"):
+        wait_in_slices(backend, ticket, within=10.0)
+    assert time.monotonic() - started < 5.0  # not left to time out
+    backend.close()
+
+
+def test_close_closes_every_ledger_handle_it_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(control, "refresh", lambda jobs: None)
+    backend = StandInBackend({"j-1": DONE})
+    ticket = Ticket(job_id="j-1", accepted=time.time())
+    assert wait_in_slices(backend, ticket, within=5.0) is not None
+    with backend._borrow():
+        pass
+    backend.close()
+    assert backend.fakes and all(fake.ledger.closed for fake in backend.fakes)
