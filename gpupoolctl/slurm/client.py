@@ -6,10 +6,15 @@ or a second cluster is one variable away). A command that is not installed is a 
 naming the package; a non-zero exit is a SlurmError naming the command and Slurm's own
 message; a job that can never run is a SlurmCapacityError (exit 5).
 
-Reading jobs: `squeue --json` where the client supports it (checked on first use, then
-remembered), else a fixed `--format`. squeue also shows jobs that ended less than MinJobAge
-ago; for older ones `finished_job` asks sacct when accounting is on, else
-`scontrol show job`, and returns None when neither knows the job any more.
+Reading jobs: `squeue --json` where the client supports it, else a fixed `--format`. Only
+squeue's own words that the option or its JSON plugin is missing switch to the format (for
+good); any other failure (a slurmctld time-out under load) is a SlurmError for that call
+alone. squeue also shows jobs that ended less than MinJobAge ago; for older ones
+`finished_job` asks sacct when accounting is on, else `scontrol show job`, and returns None
+when neither knows the job any more.
+
+Output is read as UTF-8 with undecodable bytes replaced: Slurm passes job names (and other
+user text) through as raw bytes, and one such name must not break every listing.
 """
 
 from __future__ import annotations
@@ -25,7 +30,6 @@ from gpupoolctl.slurm.parse import (
     SACCT_FIELDS,
     SQUEUE_FORMAT,
     SlurmJob,
-    SlurmParseError,
     gres_types,
     parse_sacct,
     parse_sbatch_parsable,
@@ -39,6 +43,16 @@ PACKAGE = "slurm-client"
 SEARCH_FOLDERS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")
 DEFAULT_TIMEOUT_S = 30.0
 MAX_MESSAGE = 300
+# squeue's words when it cannot print JSON at all: an older client (getopt), or a build
+# without the JSON serializer / data_parser plugins (`fatal: JSON plugin load failure`).
+JSON_UNSUPPORTED = (
+    "unrecognized option",
+    "invalid option",
+    "unknown option",
+    "plugin load failure",
+    "data_init() failed",
+    "data_parser",
+)
 # sbatch's words for a request that no node could ever satisfy (not "busy now").
 CAPACITY_MESSAGES = (
     "Requested node configuration is not available",
@@ -59,11 +73,17 @@ class SlurmCapacityError(SlurmError):
     exit_code = ExitCode.NO_CAPACITY
 
 
-def _first_line(text: str) -> str:
+def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     # sbatch prints its real complaint last ("sbatch: error: Batch job submission failed: ...")
     message = lines[-1] if lines else ""
     return message[:MAX_MESSAGE]
+
+
+def json_unsupported(stderr: str) -> bool:
+    """Whether squeue's complaint says it cannot print JSON (not that slurmctld failed)."""
+    text = stderr.lower()
+    return any(words.lower() in text for words in JSON_UNSUPPORTED)
 
 
 @dataclass
@@ -109,7 +129,9 @@ class SlurmClient:
                 input=stdin,
                 stdin=None if stdin is not None else subprocess.DEVNULL,
                 capture_output=True,
-                text=True,
+                # Job names are the submitter's raw bytes: never let one break a listing.
+                encoding="utf-8",
+                errors="replace",
                 env=dict(self.env),
                 timeout=self.timeout_s,
             )
@@ -118,7 +140,7 @@ class SlurmClient:
         except OSError as exc:
             raise SlurmError(f"{name} could not be run: {exc}") from None
         if check and done.returncode != 0:
-            message = _first_line(done.stderr) or _first_line(done.stdout) or "no message"
+            message = _last_line(done.stderr) or _last_line(done.stdout) or "no message"
             kind = (
                 SlurmCapacityError
                 if any(words in message for words in CAPACITY_MESSAGES)
@@ -137,7 +159,7 @@ class SlurmClient:
     def test_only(self, args: Sequence[str], script: str) -> str:
         """`sbatch --test-only`: where and when Slurm would start it (nothing is submitted)."""
         done = self.run("sbatch", ["--test-only", *args], stdin=script)
-        return _first_line(done.stderr) or _first_line(done.stdout)
+        return _last_line(done.stderr) or _last_line(done.stdout)
 
     def scancel(self, job_ids: Iterable[str]) -> None:
         ids = list(job_ids)
@@ -151,17 +173,13 @@ class SlurmClient:
         if self._json is not False:
             done = self.run("squeue", ["--json"], check=False)
             if done.returncode == 0:
-                try:
-                    jobs = parse_squeue_json(done.stdout)
-                except SlurmParseError:
-                    if self._json:  # it worked before: this is a real problem
-                        raise
-                else:
-                    self._json = True
-                    return [j for j in jobs if user is None or j.user == user]
-            elif self._json:
-                raise SlurmError(f"squeue --json failed: {_first_line(done.stderr)}")
-            self._json = False  # no JSON support here: the fixed format from now on
+                jobs = parse_squeue_json(done.stdout)
+                self._json = True
+                return [j for j in jobs if user is None or j.user == user]
+            if self._json or not json_unsupported(done.stderr):
+                message = _last_line(done.stderr) or _last_line(done.stdout) or "no message"
+                raise SlurmError(f"squeue failed (exit {done.returncode}): {message}")
+            self._json = False  # this squeue cannot print JSON: the fixed format from now on
         args = ["--noheader", "--states=all", f"--format={SQUEUE_FORMAT}"]
         if user is not None:
             args.append(f"--user={user}")
@@ -186,7 +204,7 @@ class SlurmClient:
         if done.returncode != 0:
             if "Invalid job id" in done.stderr:
                 return None
-            raise SlurmError(f"scontrol show job {job_id} failed: {_first_line(done.stderr)}")
+            raise SlurmError(f"scontrol show job {job_id} failed: {_last_line(done.stderr)}")
         jobs = parse_show_jobs(done.stdout)
         return jobs[0] if jobs else None
 

@@ -26,7 +26,7 @@ TERMINAL_STATES = frozenset(
      "DEADLINE", "PREEMPTED", "SPECIAL_EXIT", "REVOKED"}
 )  # fmt: skip
 # squeue's fixed format: job id, name, state, nodes, gres per node, submit, start, end,
-# reason, user. '|' cannot occur in any of them but the name, which goes last but one.
+# reason, user, name. '|' cannot occur in any of them but the name, which goes last.
 SEPARATOR = "|"
 FORMAT_FIELDS = ("%i", "%T", "%N", "%b", "%V", "%S", "%e", "%r", "%u", "%j")
 SQUEUE_FORMAT = SEPARATOR.join(FORMAT_FIELDS)
@@ -34,6 +34,9 @@ SACCT_FIELDS = ("JobID", "JobName", "State", "NodeList", "Submit", "Start", "End
 
 _SHOW_KEY = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9_:/]*)=")
 _JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
+# What squeue's %i lists besides those: a pending array's tasks not yet split off
+# (`3_[1-3]`, `3_[1-9%2]`) and a heterogeneous job's components (`123+0`).
+_LISTED_ID = re.compile(r"[0-9]+(?:_[0-9]+|_\[[0-9,%\-]+\]|\+[0-9]+)?")
 _UNSET = frozenset({"", "N/A", "None", "Unknown", "(null)", "0"})
 
 
@@ -85,6 +88,12 @@ class SlurmJob:
 def is_job_id(text: str) -> bool:
     """A plain job id (123) or an array task (123_4): never an option or a pattern."""
     return _JOB_ID.fullmatch(text) is not None
+
+
+def is_listed_job_id(text: str) -> bool:
+    """A job id as squeue lists it: is_job_id's, a pending array (3_[1-3]) or a het job
+    component (123+0)."""
+    return _LISTED_ID.fullmatch(text) is not None
 
 
 def parse_sbatch_parsable(text: str) -> str:
@@ -209,7 +218,7 @@ def parse_squeue_format(text: str) -> list[SlurmJob]:
             continue
         # The name is last and may itself hold the separator: split the rest only.
         parts = line.split(SEPARATOR, len(FORMAT_FIELDS) - 1)
-        if len(parts) != len(FORMAT_FIELDS) or not is_job_id(parts[0].strip()):
+        if len(parts) != len(FORMAT_FIELDS) or not is_listed_job_id(parts[0].strip()):
             raise SlurmParseError(f"squeue line {number}: expected {SQUEUE_FORMAT}: {line!r}")
         job_id, state, nodes, gres, submit, start, end, reason, user, name = parts
         state = state.strip() or "UNKNOWN"

@@ -10,6 +10,7 @@ import pytest
 
 from gpupoolctl.errors import ExitCode, UsageError
 from gpupoolctl.slurm.client import SlurmCapacityError, SlurmClient, SlurmError
+from gpupoolctl.slurm.parse import SlurmParseError
 
 
 def _fake(folder: Path, name: str, body: str) -> None:
@@ -82,6 +83,66 @@ def test_squeue_falls_back_to_the_format_once(tmp_path: Path) -> None:
         assert (job.job_id, job.state, job.name) == ("7", "RUNNING", "train")
     calls = (tmp_path / "calls").read_text().splitlines()
     assert [("--json" in c) for c in calls] == [True, False, False]
+
+
+@pytest.mark.parametrize(
+    "complaint",
+    ["squeue: unrecognized option '--json'", "squeue: fatal: JSON plugin load failure"],
+)
+def test_squeue_without_json_support_uses_the_format(tmp_path: Path, complaint: str) -> None:
+    _fake(
+        tmp_path,
+        "squeue",
+        'echo "$*" >> "$CALLS"\n'
+        f'case "$*" in *--json*) echo "{complaint}" >&2; exit 1;; esac\n'
+        "echo '3_[1-3]|PENDING||N/A|N/A|N/A|N/A|JobHeldUser|alice|arr'\n",
+    )
+    client = _client(tmp_path)
+    assert [j.job_id for j in client.queue()] == ["3_[1-3]"]
+    assert [j.job_id for j in client.queue()] == ["3_[1-3]"]
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [("--json" in c) for c in calls] == [True, False, False]
+
+
+def test_one_failed_json_call_does_not_switch_json_off(tmp_path: Path) -> None:
+    """A slurmctld time-out is that call's error; the next poll asks for JSON again."""
+    _fake(
+        tmp_path,
+        "squeue",
+        'echo "$*" >> "$CALLS"\n'
+        'if [ ! -e "$CALLS.failed" ]; then touch "$CALLS.failed"\n'
+        '  echo "squeue: error: slurm_load_jobs error: Socket timed out on send/recv '
+        'operation" >&2; exit 1; fi\n'
+        """echo '{"jobs": [{"job_id": 7, "job_state": "RUNNING", "user_name": "alice"}]}'\n""",
+    )
+    client = _client(tmp_path)
+    with pytest.raises(SlurmError, match="Socket timed out on send/recv operation"):
+        client.queue()
+    for _ in range(2):
+        assert [(j.job_id, j.state) for j in client.queue()] == [("7", "RUNNING")]
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls == ["--json"] * 3
+
+
+def test_unreadable_json_is_an_error_not_a_switch(tmp_path: Path) -> None:
+    _fake(tmp_path, "squeue", 'echo "$*" >> "$CALLS"\necho "{truncated"\n')
+    client = _client(tmp_path)
+    with pytest.raises(SlurmParseError):
+        client.queue()
+    with pytest.raises(SlurmParseError):
+        client.queue()
+    assert (tmp_path / "calls").read_text().splitlines() == ["--json"] * 2
+
+
+def test_undecodable_job_names_are_replaced(tmp_path: Path) -> None:
+    """Slurm prints a job name as the submitter's raw bytes (here Latin-1 'café')."""
+    _fake(
+        tmp_path,
+        "squeue",
+        """printf '{"jobs": [{"job_id": 8, "job_state": "RUNNING", "name": "caf\\351"}]}\\n'\n""",
+    )
+    (job,) = _client(tmp_path).queue()
+    assert (job.job_id, job.name) == ("8", "caf\ufffd")
 
 
 def test_json_users_are_filtered_here(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from gpupoolctl.slurm.parse import (
     decode_wait_status,
     gres_types,
     is_job_id,
+    is_listed_job_id,
     parse_exit_pair,
     parse_sacct,
     parse_sbatch_parsable,
@@ -116,6 +117,29 @@ def test_squeue_format_lines() -> None:
     assert running.started == datetime(2026, 11, 30, 12, 50, 46).timestamp()
     assert pending.nodes is None and pending.started is None and pending.gres is None
     assert pending.reason == "Resources" and pending.user == "bob"
+
+
+def test_squeue_format_keeps_pending_arrays_and_het_jobs() -> None:
+    """squeue's %i lists a pending array as 3_[1-3] and a het job's parts as 123+0: one such
+    line must not make the whole listing unreadable."""
+    rest = "|PENDING||N/A|2026-11-30T12:50:43|N/A|N/A|JobHeldUser|alice|x\n"
+    text = "".join(
+        f"{job_id}{rest}" for job_id in ("3_[1-3]", "4_[2,5-9%2]", "123+0", "123+1", "7")
+    )
+    assert [j.job_id for j in parse_squeue_format(text)] == [
+        "3_[1-3]", "4_[2,5-9%2]", "123+0", "123+1", "7",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", ["3_[1-3]", "123+0", "12", "12_3"])
+def test_listed_ids_are_wider_than_job_ids_given(text: str) -> None:
+    assert is_listed_job_id(text)
+    assert is_job_id(text) == text.replace("_", "").isdigit()
+
+
+@pytest.mark.parametrize("text", ["3_[", "3_[1-3];x", "+0", "12;x", "-1", "3_[1-3]+0"])
+def test_listed_ids_are_still_ids(text: str) -> None:
+    assert not is_listed_job_id(text)
 
 
 def test_squeue_format_rejects_short_lines() -> None:
