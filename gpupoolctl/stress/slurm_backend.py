@@ -96,6 +96,7 @@ class SlurmBackend:
         self._lock = threading.Lock()
         self._jobs: dict[str, _Outstanding] = {}
         self._warnings: list[str] = []
+        self._warned_kinds: set[str] = set()
         self._closed = threading.Event()
         self._reaper: threading.Thread | None = None
 
@@ -129,6 +130,12 @@ class SlurmBackend:
     def _warn(self, message: str) -> None:
         if message not in self._warnings:
             self._warnings.append(message)
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        """A warning for the first failure of this kind only (its text may vary per poll)."""
+        if kind not in self._warned_kinds:
+            self._warned_kinds.add(kind)
+            self._warn(message)
 
     # -- the Backend protocol ----------------------------------------------------------------
 
@@ -204,6 +211,12 @@ class SlurmBackend:
             except GpupoolError as exc:
                 with self._lock:
                     self._warn(f"squeue: {exc}")
+            except Exception as exc:  # any kind: one bad poll must not end the reaping
+                with self._lock:
+                    self._warn_once(
+                        type(exc).__name__,
+                        f"reaper: a poll failed ({type(exc).__name__}: {exc}); polling on",
+                    )
 
     def _reap(self, waiting: dict[str, _Outstanding]) -> None:
         known = {job.job_id: job for job in self._client.queue()}

@@ -109,6 +109,36 @@ def test_a_job_slurm_forgot_fails_with_a_reason() -> None:
     assert "finished 1" in client.calls
 
 
+class Breaking(StandIn):
+    """squeue fails `times` times with an error that is no GpupoolError, then answers."""
+
+    def __init__(self, times: int) -> None:
+        super().__init__()
+        self.failures_left = times
+
+    def queue(self, user: str | None = None) -> list[SlurmJob]:
+        with self.lock:
+            if self.failures_left:
+                self.failures_left -= 1
+                self.calls.append("squeue")
+                raise UnicodeDecodeError("utf-8", b"caf\xe9", 3, 4, "invalid continuation")
+        return super().queue(user)
+
+
+def test_the_reaper_survives_any_failed_poll() -> None:
+    client = Breaking(times=3)
+    backend = SlurmBackend(client, _make_spec, poll_s=0.01)  # type: ignore[arg-type]
+    ticket = backend.submit(_work(1))
+    client.end("1", "COMPLETED")
+    finished = backend.wait(ticket, 5.0)
+    backend.close()
+    assert finished is not None and finished.ok
+    assert client.failures_left == 0
+    (warning,) = backend.warnings()  # once, for three failures
+    assert warning.startswith("reaper: a poll failed (UnicodeDecodeError: ")
+    assert warning.endswith("; polling on")
+
+
 def test_start_is_never_before_the_submit_call() -> None:
     job = SlurmJob(job_id="1", state="COMPLETED", started=100.0, ended=101.0, exit_code=0)
     finished = finished_from_job(job, submitted=100.6, now=102.0)
