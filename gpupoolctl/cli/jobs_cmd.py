@@ -126,6 +126,11 @@ def _emit_slurm(settings: Settings, jobs: list[Any], *, one: bool = False) -> No
     emit(settings, data=data, rows=rows, columns=SLURM_COLUMNS, csv_columns=SLURM_CSV_COLUMNS)
 
 
+def _asking_again(exc: Exception) -> None:
+    """A failed squeue poll that waiting retries (see gpupoolctl.slurm.jobs)."""
+    warn(f"{exc} (asking again)")
+
+
 # -- submit ---------------------------------------------------------------------------------
 
 
@@ -317,12 +322,11 @@ def _submit_slurm(settings: Settings, spec: Any, *, dry_run: bool, wait: bool) -
     def changed(job: Any) -> None:
         notice(f"{job_id}: {job.state}", quiet=settings.quiet)
 
-    job = slurm_jobs.wait(client, job_id, on_change=changed)
+    job = slurm_jobs.wait(client, job_id, on_change=changed, on_error=_asking_again)
     if settings.resolved_output() is not OutputFormat.table:
         _emit_slurm(settings, [job], one=True)
     notice(f"{job_id}: {job.describe_end()}", quiet=settings.quiet)
-    code = job.shell_exit_code()
-    raise typer.Exit(code if code is not None else (0 if job.ok else int(ExitCode.ERROR)))
+    raise typer.Exit(slurm_jobs.exit_status(job))
 
 
 def _render_plan(settings: Settings, result: Any) -> None:
@@ -508,7 +512,8 @@ def cancel(
     """Stop a job (SIGTERM to its process group, grace period, SIGKILL), release its
     slices and record it cancelled; a queued job just leaves the queue.
 
-    With --backend slurm: scancel JOB, then its state once Slurm settled it."""
+    With --backend slurm: scancel JOB, then its state once Slurm settled it (exit 1 when the
+    job had already ended, or when Slurm did not confirm its end within 15 s)."""
     from gpupoolctl.jobs.control import cancel as cancel_job
 
     settings: Settings = ctx.obj
@@ -532,8 +537,17 @@ def _cancel_slurm(settings: Settings, job_id: str, grace: float | None) -> None:
 
     if grace is not None:
         raise UsageError("--grace with --backend slurm: Slurm's KillWait sets the grace period")
-    job = slurm_jobs.cancel(SlurmClient(), job_id)
+    # A job that had already ended is an error (exit 1), as the pool backend's cancel says.
+    job = slurm_jobs.cancel(SlurmClient(), job_id, on_error=_asking_again)
     if settings.resolved_output() is OutputFormat.table:
-        print(f"cancelled {job.job_id}: {job.describe_end() if job.finished else job.state}")
+        if job.finished:
+            print(f"cancelled {job.job_id}: {job.describe_end()}")
     else:
         _emit_slurm(settings, [job], one=True)
+    if not job.finished:
+        # As the pool backend's cancel: signalled but not confirmed is exit 1.
+        warn(
+            f"job {job.job_id} was signalled but Slurm has not confirmed it ended "
+            f"(still {job.state}); `gpupoolctl jobs --backend slurm` shows when it does"
+        )
+        raise typer.Exit(int(ExitCode.ERROR))
