@@ -7,8 +7,11 @@ What maps:
   GRES types the cluster has, named as `gpupoolctl export slurm` names them:
   `--profile gpu` (the default) -> a whole-card type (`h100`); `--profile 1g.10gb` -> a MIG
   type (`h100_1g.10gb`); `--profile cpx` -> an AMD partition type (`mi300x_cpx.nps4`).
-  `--model` narrows to types of that card. One matching type is used; several are refused
-  (Slurm cannot ask for "any of these types": add --model); none is a capacity error (exit 5).
+  `--model` narrows to types of that card, given as a part of the name (`H100`) or the full
+  model name (`NVIDIA H100 80GB HBM3`, matched by the short name the export gives it). One
+  matching type is used; several are refused (Slurm cannot ask for "any of these types"),
+  saying what tells them apart: the card (add --model) or the memory mode (name it:
+  `--profile cpx/nps4`, as the ledger writes AMD modes); none is a capacity error (exit 5).
   A cluster without typed GPUs gets an untyped `--gres=gpu:<n>`.
 - `--mem`: Slurm's GRES know no memory size, so it becomes `--gres=gpu:<n>` (any GPU type)
   and a note says the size was not checked.
@@ -35,7 +38,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from gpupoolctl.errors import UsageError
-from gpupoolctl.export.slurm import SliceKind, model_long_name, type_names
+from gpupoolctl.export.slurm import SliceKind, model_long_name, model_short_name, type_names
 from gpupoolctl.jobs.spec import DEFAULT_GRACE_S, JobSpec
 from gpupoolctl.sched.request import PRIORITIES, JobRequest
 from gpupoolctl.slurm.client import SlurmCapacityError
@@ -88,9 +91,35 @@ def matching_types(request: JobRequest, types: Collection[str]) -> list[str]:
         suffix = profile_suffix(profile)
         found = [t for t in types if _serves_profile(t, suffix)]
     if request.model:
+        # `H100` is a part of the type's card name; `NVIDIA H100 80GB HBM3` is the card's full
+        # name, which the export shortens to `h100` unless two cards share that short name.
         wanted = model_long_name(request.model)
-        found = [t for t in found if wanted in _model_part(t)]
+        short = model_short_name(request.model)
+        found = [t for t in found if wanted in _model_part(t) or _model_part(t) == short]
     return sorted(found)
+
+
+def _memory_mode(gres_type: str, suffix: str) -> str | None:
+    """`mi300x_cpx.nps4` with `_cpx` -> `nps4`; None when the type names no mode beyond it."""
+    rest = gres_type[len(_model_part(gres_type)) :]
+    return rest[len(suffix) + 1 :] if rest.startswith(suffix + ".") else None
+
+
+def _tell_apart(request: JobRequest, found: Sequence[str]) -> str:
+    """What the user can add to pick one of several types."""
+    profile = (request.profile or WHOLE_CARD).strip().lower()
+    modes = (
+        set()
+        if profile == WHOLE_CARD
+        else {_memory_mode(t, profile_suffix(profile)) for t in found}
+    )
+    hints = []
+    if len({_model_part(t) for t in found}) > 1:
+        hints.append("add --model")
+    if len(modes) > 1 and None not in modes:
+        choices = " or ".join(f"--profile {profile}/{mode}" for mode in sorted(modes))
+        hints.append(f"name the memory mode ({choices})")
+    return ", or ".join(hints) or "add --model"
 
 
 def gres_for(request: JobRequest, types: Collection[str]) -> tuple[str, tuple[str, ...]]:
@@ -117,7 +146,7 @@ def gres_for(request: JobRequest, types: Collection[str]) -> tuple[str, tuple[st
     if len(found) > 1:
         raise UsageError(
             f"{request.describe()} matches several Slurm GPU types ({', '.join(found)}) and "
-            "a job can ask for one only: add --model"
+            f"a job can ask for one only: {_tell_apart(request, found)}"
         )
     return f"gpu:{found[0]}:{request.gpus}", ()
 

@@ -64,6 +64,43 @@ def test_several_types_are_refused_with_the_choices() -> None:
         gres_for(JobRequest(profile="1g.10gb"), TYPES)
 
 
+@pytest.mark.parametrize(
+    ("model", "types", "expected"),
+    [
+        ("NVIDIA H100 80GB HBM3", TYPES, "gpu:h100:1"),  # full name, export's short type name
+        ("H100", TYPES, "gpu:h100:1"),
+        # Two H100 models: the export names each by its long name, and the full name picks one.
+        ("NVIDIA H100 80GB HBM3", {"h100-80gb-hbm3", "h100-pcie"}, "gpu:h100-80gb-hbm3:1"),
+    ],
+)
+def test_model_may_be_the_cards_full_name(model: str, types: set[str], expected: str) -> None:
+    assert gres_for(JobRequest(profile="gpu", model=model), types) == (expected, ())
+
+
+def test_full_model_name_of_another_card_matches_nothing() -> None:
+    with pytest.raises(SlurmCapacityError):
+        gres_for(JobRequest(profile="gpu", model="NVIDIA A100-SXM4-80GB"), TYPES)
+
+
+def test_types_that_differ_in_memory_mode_only_ask_for_the_mode() -> None:
+    types = {"mi300x_cpx.nps1", "mi300x_cpx.nps4"}
+    with pytest.raises(UsageError) as caught:
+        gres_for(JobRequest(profile="cpx", model="MI300X"), types)
+    message = str(caught.value)
+    assert message.endswith("name the memory mode (--profile cpx/nps1 or --profile cpx/nps4)")
+    assert "--model" not in message
+    assert gres_for(JobRequest(profile="cpx/nps4", model="MI300X"), types) == (
+        "gpu:mi300x_cpx.nps4:1",
+        (),
+    )
+
+
+def test_types_that_differ_in_card_and_mode_name_both_ways() -> None:
+    types = {"mi300x_cpx.nps1", "mi325x_cpx.nps4"}
+    with pytest.raises(UsageError, match=r"add --model, or name the memory mode \(--profile cpx/"):
+        gres_for(JobRequest(profile="cpx"), types)
+
+
 def test_no_type_is_a_capacity_error() -> None:
     with pytest.raises(SlurmCapacityError) as caught:
         gres_for(JobRequest(profile="7g.80gb"), TYPES)
