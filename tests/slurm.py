@@ -33,6 +33,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpupoolctl.slurm.parse import TERMINAL_STATES, gres_types, parse_show_line
+
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "sinfo", "squeue", "scancel")
 CLUSTER_NAME = "gpupooltest"
@@ -41,12 +43,11 @@ READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 JOB_TIMEOUT = 60.0
 MIN_JOB_AGE = 600  # seconds a finished job stays in `scontrol show job`
-TERMINAL_JOB_STATES = frozenset(
-    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
-     "DEADLINE", "PREEMPTED"}
-)  # fmt: skip
 DEFAULT_NODE = "node1"
-_KEY = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9_:/]*)=")
+# The library's readers of `scontrol show -o` lines and Gres strings, under the names the
+# tests use (they are checked on their own in tests/unit/test_slurm_parse.py).
+parse_show = parse_show_line
+parse_gres = gres_types
 
 
 class SlurmStartError(RuntimeError):
@@ -73,26 +74,6 @@ def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((address, 0))
         return int(sock.getsockname()[1])
-
-
-def parse_show(line: str) -> dict[str, str]:
-    """One `scontrol show ... -o` record as a dict (values may hold spaces: OS=Linux 6.1 ...)."""
-    keys = list(_KEY.finditer(line))
-    parsed: dict[str, str] = {}
-    for index, match in enumerate(keys):
-        end = keys[index + 1].start() if index + 1 < len(keys) else len(line)
-        parsed[match.group(1)] = line[match.end() : end].strip()
-    return parsed
-
-
-def parse_gres(spec: str) -> dict[str, int]:
-    """`gpu:h100:6,gpu:h100_1g.10gb:7(S:0)` -> {"h100": 6, "h100_1g.10gb": 7} (gpu only)."""
-    counts: dict[str, int] = {}
-    for item in filter(None, spec.split(",")):
-        parts = item.split("(")[0].split(":")
-        if parts[0] == "gpu" and len(parts) == 3:
-            counts[parts[1]] = counts.get(parts[1], 0) + int(parts[2])
-    return counts
 
 
 def make_device_files(paths: Iterable[str]) -> None:
@@ -166,7 +147,8 @@ class SlurmCluster:
             list(argv),
             env=self.env,
             capture_output=True,
-            text=True,
+            encoding="utf-8",
+            errors="replace",  # job names are raw bytes: a test may submit any
             timeout=timeout,
             stdin=subprocess.DEVNULL,
             cwd=self.root,
@@ -203,7 +185,7 @@ class SlurmCluster:
         record: dict[str, str] = {}
         while time.monotonic() < deadline:
             record = self.job(job_id)
-            if record.get("JobState") in TERMINAL_JOB_STATES:
+            if record.get("JobState") in TERMINAL_STATES:
                 return record
             time.sleep(0.2)
         raise TimeoutError(

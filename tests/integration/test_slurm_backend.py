@@ -10,8 +10,11 @@ concurrent one-GPU jobs fits.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,21 +44,39 @@ def cluster(slurm_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Slu
     )
 
 
-def cli(
-    cluster: SlurmCluster, folder: Path, *args: str, timeout: float = CLI_TIMEOUT
-) -> subprocess.CompletedProcess[str]:
-    """gpupoolctl run in `folder` (sbatch writes slurm-<id>.out there) with a private HOME."""
+def _cli_env(cluster: SlurmCluster, folder: Path, path_first: Path | None) -> dict[str, str]:
     env = {k: v for k, v in cluster.env.items() if not k.startswith(("GPUPOOL_", "XDG_"))}
     env.update({"HOME": str(folder), "NO_COLOR": "1"})
+    if path_first is not None:
+        env["PATH"] = f"{path_first}{os.pathsep}{env.get('PATH', os.defpath)}"
+    return env
+
+
+def cli(
+    cluster: SlurmCluster,
+    folder: Path,
+    *args: str,
+    timeout: float = CLI_TIMEOUT,
+    path_first: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """gpupoolctl run in `folder` (sbatch writes slurm-<id>.out there) with a private HOME
+    (and `path_first` ahead of PATH, for stand-in commands)."""
     return subprocess.run(
         [sys.executable, "-m", "gpupoolctl.cli.main", *args],
         cwd=folder,
-        env=env,
+        env=_cli_env(cluster, folder, path_first),
         capture_output=True,
         text=True,
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+def wait_for_state(cluster: SlurmCluster, job_id: str, state: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while cluster.job(job_id).get("JobState") != state:
+        assert time.monotonic() < deadline, f"job {job_id} not {state}: {cluster.job(job_id)}"
+        time.sleep(0.2)
 
 
 def test_submit_lands_with_the_profiles_gres(cluster: SlurmCluster, tmp_path: Path) -> None:
@@ -110,7 +131,98 @@ def test_cancel_of_an_unknown_job_says_so(cluster: SlurmCluster, tmp_path: Path)
     done = cli(cluster, tmp_path, "cancel", "--backend", "slurm", "987654")
     assert done.returncode == 1
     assert "Slurm does not know job 987654" in done.stderr
+    # Past `--`, an id that is no job id reaches the id check (never scancel).
+    bad = cli(cluster, tmp_path, "cancel", "--backend", "slurm", "--", "12;x")
+    assert bad.returncode == 2, bad.stderr
+    assert "not a Slurm job id: '12;x'" in bad.stderr
+    # Before `--`, an option-like id is click's unknown option: also exit 2.
     assert cli(cluster, tmp_path, "cancel", "--backend", "slurm", "--user=x").returncode == 2
+
+
+def test_cancel_of_an_ended_job_says_it_had_ended(cluster: SlurmCluster, tmp_path: Path) -> None:
+    done = cli(cluster, tmp_path, "submit", "--backend", "slurm", "--wait", "--", "true")
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip()
+    cancelled = cli(cluster, tmp_path, "cancel", "--backend", "slurm", job_id)
+    assert cancelled.returncode == 1, cancelled.stderr
+    assert f"job {job_id} had already ended (COMPLETED" in cancelled.stderr
+    assert "cancelled" not in cancelled.stdout
+    assert cluster.job(job_id)["JobState"] == "COMPLETED"
+
+
+def test_wait_for_a_job_cancelled_before_it_ran_exits_1(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    blocker = cluster.sbatch("--gres=gpu:test:8", "--wrap", "sleep 300")
+    try:
+        wait_for_state(cluster, blocker, "RUNNING")
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "gpupoolctl.cli.main", "submit", "--backend", "slurm",
+             "--wait", "--name", "never-ran", "--", "true"],
+            cwd=tmp_path, env=_cli_env(cluster, tmp_path, None), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 30
+            listed = ""
+            while "PENDING" not in listed:
+                assert time.monotonic() < deadline, "the job never showed up pending"
+                time.sleep(0.2)
+                listed = cluster.run(
+                    "squeue", "--noheader", "--name=never-ran", "--format=%i|%T"
+                ).stdout
+            job_id = listed.split("|")[0].strip()
+            assert cluster.run("scancel", job_id).returncode == 0
+            out, err = waiting.communicate(timeout=60)
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+                waiting.communicate()
+    finally:
+        cluster.run("scancel", blocker)
+    assert cluster.job(job_id)["ExitCode"] == "0:0"  # what Slurm says of a job that never ran
+    assert waiting.returncode == 1, err
+    assert out.strip() == job_id
+    assert f"{job_id}: CANCELLED" in err
+
+
+def test_a_job_name_that_is_not_utf8_is_shown_not_fatal(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    # The name as raw bytes: Latin-1 'café' (surrogate escapes become the bytes again).
+    job_id = cluster.sbatch(os.fsdecode(b"--job-name=caf\xe9"), "--wrap", "sleep 60")
+    listed = cli(cluster, tmp_path, "-o", "json", "jobs", "--backend", "slurm")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["id"]: row for row in json.loads(listed.stdout)}
+    assert rows[job_id]["name"] == "caf\ufffd"
+    cancelled = cli(cluster, tmp_path, "-o", "json", "cancel", "--backend", "slurm", job_id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert json.loads(cancelled.stdout)["state"] == "CANCELLED"
+
+
+def test_an_squeue_without_json_lists_pending_arrays(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """An older squeue (no --json) falls back to the format, where a pending array is
+    `N_[1-3]`: listed, not a parse error."""
+    squeue = shutil.which("squeue", path=cluster.env.get("PATH")) or "/usr/bin/squeue"
+    stand_in = tmp_path / "old-squeue"
+    stand_in.mkdir()
+    (stand_in / "squeue").write_text(
+        "#!/bin/sh\n"
+        'case " $* " in *" --json "*) echo "squeue: unrecognized option \'--json\'" >&2; exit 1;; '
+        "esac\n"
+        f'exec {squeue} "$@"\n'
+    )
+    (stand_in / "squeue").chmod(0o755)
+    held = cluster.sbatch("--hold", "--array=1-3", "--job-name=held-array", "--wrap", "true")
+    try:
+        listed = cli(cluster, tmp_path, "-o", "json", "jobs", "--backend", "slurm",
+                     path_first=stand_in)  # fmt: skip
+    finally:
+        cluster.run("scancel", held)
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["id"]: row for row in json.loads(listed.stdout)}
+    assert rows[f"{held}_[1-3]"]["state"] == "PENDING"
+    assert rows[f"{held}_[1-3]"]["name"] == "held-array"
 
 
 def test_nothing_the_user_gave_is_run_by_a_shell(cluster: SlurmCluster, tmp_path: Path) -> None:
