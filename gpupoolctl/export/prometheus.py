@@ -246,8 +246,8 @@ def stress_families(runs: Sequence[tuple[str, RunResult]]) -> list[Family]:
         for level in result.levels:
             labels = {"scenario": scenario, "level": level_text(level.level)}
             throughput.add(level.throughput, **labels)
-            if level.completed + level.failed:  # no job ended: no ratio was measured
-                failures.add(level.failure_rate, **labels)
+            if level.measured_failure_rate is not None:
+                failures.add(level.measured_failure_rate, **labels)
             if level.queue_wait.p95 is not None:
                 wait.add(level.queue_wait.p95, **labels)
         if result.knees is not None:

@@ -112,6 +112,11 @@ class LevelResult:
     def thresholds_ok(self) -> bool:
         return all(t.ok for t in self.thresholds)
 
+    @property
+    def measured_failure_rate(self) -> float | None:
+        """failure_rate, or None where no job ended: 0 there would claim a measurement."""
+        return self.failure_rate if self.completed + self.failed else None
+
 
 @dataclass
 class KneePoint:

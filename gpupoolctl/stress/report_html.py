@@ -223,11 +223,8 @@ def _failure_figure(result: RunResult, baseline: RunResult | None, x_label: str)
 
 
 def _failed_percent(level: LevelResult) -> float | None:
-    """None where no job ended: the result's failure_rate is 0 there, but nothing was
-    measured, and a drawn 0 would claim it was."""
-    if level.completed + level.failed == 0:
-        return None
-    return level.failure_rate * 100
+    rate = level.measured_failure_rate
+    return None if rate is None else rate * 100
 
 
 def _phase_figure(result: RunResult) -> Figure | None:

@@ -616,3 +616,14 @@ def test_write_html_failure_keeps_the_old_file(tmp_path, monkeypatch):
 def test_write_html_into_a_missing_folder_is_a_clean_error(tmp_path):
     with pytest.raises(GpupoolError, match="cannot write the report"):
         write_html(_ramp(), Path(tmp_path / "missing" / "report.html"))
+
+
+def test_a_level_where_no_job_ended_shows_no_failure_rate_not_zero() -> None:
+    import dataclasses
+
+    quiet = dataclasses.replace(_level(1), completed=0, failed=0, failure_rate=0.0)
+    result = _ramp()
+    result.levels[0] = quiet
+    assert level_rows(result)[0]["failure"] == format_percent(None)
+    assert level_records(result)[0]["failure_rate"] is None
+    assert level_rows(result)[1]["failure"] == "0%"  # a measured zero stays a zero
