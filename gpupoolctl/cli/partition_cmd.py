@@ -453,19 +453,9 @@ def export(
         str, typer.Option("--config-label", help="The label to write the state under.")
     ] = "current",
 ) -> None:
-    """The current state as a v1 config (YAML; JSON with -o json) that apply/assert accept."""
-    import json
+    """The current state as a v1 config (YAML; JSON with -o json) that apply/assert accept.
+    The same command as `gpupoolctl export mig-parted`: nothing is printed when a host could
+    not be read (exit 3), as a config kept to restore from must not silently lack hosts."""
+    from gpupoolctl.cli.export_cmd import mig_parted
 
-    import yaml
-
-    from gpupoolctl.partition import export_config
-
-    settings: Settings = ctx.obj
-    _, hosts = gather(settings)
-    config = export_config({h.name: h.facts for h in hosts if h.ok}, label=label)
-    if settings.resolved_output() is OutputFormat.json:
-        sys.stdout.write(json.dumps(config, indent=2) + "\n")
-    else:
-        sys.stdout.write(yaml.safe_dump(config, sort_keys=False, default_flow_style=False))
-    if _unreachable(hosts):
-        raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+    mig_parted(ctx, label)

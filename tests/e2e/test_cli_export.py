@@ -175,10 +175,14 @@ def test_mig_parted_keeps_partition_exports_options(gp) -> None:
     }
 
 
+@pytest.mark.parametrize("command", [["export", "mig-parted"], ["partition", "export"]])
 @pytest.mark.parametrize("output", [[], ["-o", "json"]])
-def test_mig_parted_prints_nothing_when_a_host_is_down(gp, output: list[str]) -> None:
-    """A config kept to restore from must not silently lack a host's layout."""
-    run = gp("-q", "-i", str(one_down(gp)), *output, "export", "mig-parted")
+def test_mig_parted_prints_nothing_when_a_host_is_down(
+    gp, output: list[str], command: list[str]
+) -> None:
+    """A config kept to restore from must not silently lack a host's layout (both commands
+    are one exporter)."""
+    run = gp("-q", "-i", str(one_down(gp)), *output, *command)
     assert run.code == 3
     assert run.stdout == ""
     (line,) = down_lines(run.stderr)
