@@ -60,5 +60,3 @@ def merge_blocks(blocks: list[list[list[str]]]) -> list[list[str]]:
                 matrix[offset + i][offset + j] = level
         offset += len(block)
     return matrix
-
-

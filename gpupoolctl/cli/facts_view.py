@@ -47,7 +47,6 @@ GPU_CSV_COLUMNS: tuple[Column, ...] = tuple(
 )
 
 
-
 def document(source: str, results: list[HostResult]) -> dict[str, Any]:
     """The machine-readable inventory: every host with its outcome, and facts when ok."""
     from gpupoolctl.remote.results import OUTCOMES  # not at start-up: it loads the bootstrap

@@ -18,7 +18,6 @@ from gpupoolctl.redact import looks_secret
 app = typer.Typer(no_args_is_help=False)
 
 
-
 @app.callback(invoke_without_command=True)
 def inventory(
     ctx: typer.Context,
@@ -114,7 +113,4 @@ def hosts(ctx: typer.Context) -> None:
 
 def _masked(variables: dict[str, Any]) -> dict[str, Any]:
     """Hide values that look like secrets: output often ends up in CI logs."""
-    return {
-        key: ("***" if looks_secret(key) else value)
-        for key, value in variables.items()
-    }
+    return {key: ("***" if looks_secret(key) else value) for key, value in variables.items()}

@@ -29,7 +29,5 @@ def names() -> list[str]:
 def build(template: str, host: str) -> dict[str, Any]:
     builders = registry()
     if template not in builders:
-        raise KeyError(
-            f"unknown sim template {template!r}; known: {', '.join(sorted(builders))}"
-        )
+        raise KeyError(f"unknown sim template {template!r}; known: {', '.join(sorted(builders))}")
     return builders[template](host)

@@ -35,7 +35,12 @@ def test_real_app_moves_output_and_limit_before_the_command():
     command = get_command(app)
     args = ["inventory", "hosts", "-o", "json", "--limit=sg-*", "-q"]
     assert hoist_global_options(args, command) == [
-        "-o", "json", "--limit=sg-*", "-q", "inventory", "hosts",
+        "-o",
+        "json",
+        "--limit=sg-*",
+        "-q",
+        "inventory",
+        "hosts",
     ]
 
 
@@ -49,11 +54,20 @@ def test_command_option_with_same_name_is_not_hoisted():
     command = get_command(_demo_app())
     args = ["partition", "plan", "-f", "layouts.yaml", "-o", "json", "-v"]
     assert hoist_global_options(args, command) == [
-        "-o", "json", "-v", "partition", "plan", "-f", "layouts.yaml",
+        "-o",
+        "json",
+        "-v",
+        "partition",
+        "plan",
+        "-f",
+        "layouts.yaml",
     ]
     # In a command without its own -f, -f is the global --forks.
     assert hoist_global_options(["partition", "show", "-f", "4"], command) == [
-        "-f", "4", "partition", "show",
+        "-f",
+        "4",
+        "partition",
+        "show",
     ]
 
 
@@ -70,5 +84,11 @@ def test_the_users_command_after_submit_is_never_touched():
     # Global options before the job's command still move; the job's own flags stay.
     args = ["submit", "-q", "--name", "-o", "python", "x.py", "-q"]
     assert hoist_global_options(args, command) == [
-        "-q", "submit", "--name", "-o", "python", "x.py", "-q",
+        "-q",
+        "submit",
+        "--name",
+        "-o",
+        "python",
+        "x.py",
+        "-q",
     ]

@@ -37,5 +37,3 @@ class Card(Protocol):
     def differences(self, snapshot: dict[str, Any]) -> list[str]:
         """How the card now differs from `snapshot` (empty when it matches)."""
         ...
-
-
