@@ -26,9 +26,12 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gpupoolctl.remote import Target, Timeouts
 
 SSHD = "/usr/sbin/sshd"
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
@@ -39,6 +42,11 @@ MAX_HOSTS = 253  # 127.0.0.2 .. 127.0.0.254
 # What sshd logs once per successful login and once per exec/shell session (VERBOSE).
 ACCEPTED_MARK = "Accepted publickey for "
 SESSION_MARK = "Starting session: "
+
+
+# For tests that build SSH targets themselves: short, so a broken server fails fast.
+TEST_TIMEOUTS = Timeouts(connect=5, auth=10, command=30)
+TargetFactory = Callable[..., Target]
 
 
 def sshd_missing_reason() -> str | None:

@@ -16,12 +16,17 @@ _REPO = Path(__file__).resolve().parents[2]
 if str(_REPO) not in sys.path:
     sys.path.insert(0, str(_REPO))
 
-from gpupoolctl.remote import Target, Timeouts, target_from_vars  # noqa: E402
-from tests.sshd import SshdFleet, SshdHost, sshd_missing_reason, start_fleet  # noqa: E402
+from gpupoolctl.remote import Target, target_from_vars  # noqa: E402
+from tests.sshd import (  # noqa: E402
+    SshdFleet,
+    SshdHost,
+    TargetFactory,
+    sshd_missing_reason,
+    start_fleet,
+)
 
 FLEET_SIZE = 4
 # Generous for a loaded CI machine, small enough that a hang fails fast.
-TEST_TIMEOUTS = Timeouts(connect=5, auth=10, command=30)
 
 
 def _in_ci() -> bool:
@@ -42,9 +47,6 @@ def sshd_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdFleet]:
         yield fleet
     finally:
         fleet.stop()
-
-
-TargetFactory = Callable[..., Target]
 
 
 @pytest.fixture

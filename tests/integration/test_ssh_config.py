@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import TEST_TIMEOUTS
 
 from gpupoolctl.remote import FAILED, OK, run_agent, target_from_vars
-from tests.sshd import SshdFleet
+from tests.sshd import TEST_TIMEOUTS, SshdFleet
 
 pytestmark = pytest.mark.ssh
 

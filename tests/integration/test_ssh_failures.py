@@ -9,10 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TEST_TIMEOUTS, TargetFactory
 
 from gpupoolctl.remote import FAILED, TIMED_OUT, Timeouts, run_agent
-from tests.sshd import SshdFleet, keygen
+from tests.sshd import TEST_TIMEOUTS, SshdFleet, TargetFactory, keygen
 
 pytestmark = pytest.mark.ssh
 

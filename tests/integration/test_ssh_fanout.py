@@ -6,10 +6,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TEST_TIMEOUTS, TargetFactory
 
 from gpupoolctl.remote import FAILED, OK, UNREACHABLE, run_agent
-from tests.sshd import SshdFleet, free_port
+from tests.sshd import TEST_TIMEOUTS, SshdFleet, TargetFactory, free_port
 
 pytestmark = pytest.mark.ssh
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import TEST_TIMEOUTS, TargetFactory
 
 from gpupoolctl.remote import FAILED, OK, run_agent
-from tests.sshd import SshdFleet, keygen
+from tests.sshd import TEST_TIMEOUTS, SshdFleet, TargetFactory, keygen
 
 pytestmark = pytest.mark.ssh
 
