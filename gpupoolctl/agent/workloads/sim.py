@@ -414,19 +414,24 @@ def run(
     sigma = default_sigma if sigma is None else sigma
     kappa = default_kappa if kappa is None else kappa
     peers = Peers.for_job(env)
-    previous = {
-        s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-    }
+    handled = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    previous: dict[int, Any] = {}
     try:
+        # Installed inside the try: a signal arriving between two of these still ends here.
+        for signum in handled:
+            previous[signum] = signal.signal(signum, _raise_stopped)
         try:
             peers.join()
             outcome = contend(work, card.rate, sigma, kappa, tick, peers)
         finally:
             peers.leave()
     except _Stopped as stopped:
-        # Leave as the signal would have left us, so the agent records it as such.
+        # Leave as the signal would have left us, so the agent records it as such; a second
+        # signal meanwhile must not interrupt this with a traceback, so all are blocked first.
+        signal.pthread_sigmask(signal.SIG_BLOCK, handled)
         signal.signal(stopped.signum, signal.SIG_DFL)
         os.kill(os.getpid(), stopped.signum)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {stopped.signum})
         raise
     finally:
         for signum, handler in previous.items():
