@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
-from gpupoolctl.agent.workloads import WORKLOAD_COMMAND
+from gpupoolctl.agent.workloads import workload_argv
 from gpupoolctl.errors import GpupoolError
 from gpupoolctl.jobs.spec import JobSpec
 from gpupoolctl.slurm.client import SlurmClient
@@ -48,9 +48,7 @@ CANCEL_BATCH = 200  # job ids per scancel call at close
 
 def node_argv(argv: Sequence[str], python: str = sys.executable) -> list[str]:
     """A built-in workload's argv as the compute node runs it (there is no agent)."""
-    if argv and argv[0] == WORKLOAD_COMMAND:
-        return [python, "-m", "gpupoolctl.agent.workloads", *argv[1:]]
-    return list(argv)
+    return workload_argv(list(argv), python)
 
 
 def finished_from_job(job: SlurmJob, *, submitted: float, now: float) -> Finished:

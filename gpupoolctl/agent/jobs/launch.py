@@ -191,7 +191,7 @@ def _refuse_builtin_if_ephemeral(argv: list[str]) -> None:
 def _builtin_workload(argv: list[str], env: dict[str, str]) -> list[str]:
     """`gpupoolctl-workload ...` runs a workload that ships with the agent (meta.json keeps
     the argv as requested): the node's python, with this payload first on PYTHONPATH."""
-    from gpupoolctl.agent.workloads import WORKLOAD_COMMAND
+    from gpupoolctl.agent.workloads import WORKLOAD_COMMAND, workload_argv
 
     if argv[0] != WORKLOAD_COMMAND:
         return argv
@@ -199,7 +199,7 @@ def _builtin_workload(argv: list[str], env: dict[str, str]) -> list[str]:
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(gpupoolctl.__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    return [sys.executable or "python3", "-m", "gpupoolctl.agent.workloads", *argv[1:]]
+    return workload_argv(argv, sys.executable or "python3")
 
 
 def _show_on_sim_gpus(host: str, sim: dict[str, Any], request: dict[str, Any], pid: int) -> None:

@@ -23,6 +23,15 @@ from __future__ import annotations
 WORKLOAD_COMMAND = "gpupoolctl-workload"  # argv[0] of a launch request that asks for one
 WORKLOADS = ("sleep", "sim", "matmul")
 
+
+def workload_argv(argv: list[str], python: str) -> list[str]:
+    """A built-in workload's argv as `python` runs it (`gpupoolctl-workload sim ...` ->
+    `python -m gpupoolctl.agent.workloads sim ...`); any other argv unchanged."""
+    if argv and argv[0] == WORKLOAD_COMMAND:
+        return [python, "-m", __name__, *argv[1:]]
+    return list(argv)
+
+
 EXIT_OK = 0
 EXIT_UNFINISHED = 1
 EXIT_USAGE = 2
