@@ -168,18 +168,25 @@ def compare(
 # -- per level -----------------------------------------------------------------------------
 
 
+def _lower_is_worse(b: float, c: float, tolerance: float) -> tuple[float, Verdict]:
+    """For a value where less is worse: the limit below which it regressed, and the verdict
+    (more than `tolerance` above the baseline is an improvement)."""
+    limit = b * (1 - tolerance)
+    if c < limit:
+        return limit, "regressed"
+    if c > b * (1 + tolerance):
+        return limit, "improved"
+    return limit, "ok"
+
+
 def _throughput(out: Comparison, base: LevelResult, cur: LevelResult, tol: Tolerances) -> None:
     b, c = base.throughput, cur.throughput
-    limit = b * (1 - tol.throughput)
-    verdict: Verdict = "ok"
-    if c < limit:
-        verdict = "regressed"
+    limit, verdict = _lower_is_worse(b, c, tol.throughput)
+    if verdict == "regressed":
         out.regressions.append(
             f"throughput at level {_g(cur.level)} fell {_pct(_drop(b, c))} "
             f"(baseline {_g(b)} jobs/s, now {_g(c)}; allowed drop {_pct(tol.throughput)})"
         )
-    elif c > b * (1 + tol.throughput):
-        verdict = "improved"
     out.rows.append(ComparisonRow("throughput", cur.level, b, c, _change(b, c), limit, verdict))
 
 
@@ -254,16 +261,12 @@ def _usl(out: Comparison, baseline: RunResult, current: RunResult, tol: Toleranc
         out.rows.append(_not_comparable("knee.usl", base, cur))
         return
     b, c = levels
-    limit = b * (1 - tol.knee)
-    verdict: Verdict = "ok"
-    if c < limit:
-        verdict = "regressed"
+    limit, verdict = _lower_is_worse(b, c, tol.knee)
+    if verdict == "regressed":
         out.regressions.append(
             f"USL capacity peak moved earlier, from {_g(b)} to {_g(c)} "
             f"({_pct(_drop(b, c))} lower; allowed {_pct(tol.knee)})"
         )
-    elif c > b * (1 + tol.knee):
-        verdict = "improved"
     out.rows.append(ComparisonRow("knee.usl", None, b, c, _change(b, c), limit, verdict))
 
 
