@@ -92,6 +92,12 @@ def parse_since(text: str | None) -> tuple[int | None, str | None]:
     text = text.strip()
     if text.isdigit():
         return int(text), None
-    if text[-1:].lower() in "smhdw" and text[:1].isdigit() and "-" not in text:
-        return None, format_ts(utc_now() - parse_duration(text))
-    return None, format_ts(parse_ts(text))
+    try:
+        if text[-1:].lower() in "smhdw" and text[:1].isdigit() and "-" not in text:
+            return None, format_ts(utc_now() - parse_duration(text))
+        return None, format_ts(parse_ts(text))
+    except UsageError:
+        raise UsageError(
+            f"bad --since {text!r}: use a seq (1234), a time back from now (2h, 1d) "
+            "or an ISO-8601 time (2025-06-01T12:00:00Z)"
+        ) from None
