@@ -11,10 +11,15 @@ transaction, so a crash between two steps leaves a state the next recovery pass 
     launched           job {state: running, nodes[].pid, started}
     launch failed      job {state: failed, error} + release
     ended (reaped)     job {state: done | failed, exit_code, ended} + release
-    preempted          job {preempt: {by, at}} first; when it ended: release and, when it
-                       was submitted with requeue, job {state: queued, run+1} + enqueue;
-                       else job {state: cancelled, reason}
-    cancel             job {state: cancelled, exit_code} + release (or + dequeue)
+    preempted          job {preempt: {by, at}} first, chosen and marked in the transaction
+                       that found the entry does not fit (none while victims marked for the
+                       same entry still run); when it ended: release and, when it was
+                       submitted with requeue, job {state: queued, run+1} + enqueue; else
+                       job {state: cancelled, reason}
+    cancel             queued: dequeue + job {state: cancelled}; pending or running: job
+                       {cancel: {at, grace_s}} first, then (pending) a fencing poll settles
+                       the launch, and when it ended: job {state: cancelled, exit_code} +
+                       release
 
 Recovery (`Jobs.recover`, run first by submit, jobs and schedule): a pending job whose
 submitter is gone is settled on its node with a fencing poll (which claims the job id there

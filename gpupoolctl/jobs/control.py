@@ -15,6 +15,9 @@ from gpupoolctl.ledger import Transaction
 
 ACTIVE = ("queued", "pending", "running")
 FOLLOW_INTERVAL_S = (0.1, 1.0)  # first and longest wait between polls while following
+# How long cancel asks a pending job's node(s) whether its launch started (a launch in
+# progress there answers "starting" for the moment it takes to start the process).
+CANCEL_SETTLE_S = 10.0
 
 
 def find(jobs: Jobs, job_id: str) -> dict[str, Any]:
@@ -25,54 +28,84 @@ def find(jobs: Jobs, job_id: str) -> dict[str, Any]:
     return job
 
 
-def cancel(jobs: Jobs, job_id: str, grace_s: float | None = None) -> dict[str, Any]:
-    """Stop a job (SIGTERM, grace, SIGKILL), release its slices and record it cancelled."""
-    job = find(jobs, job_id)
-    if job.get("state") == "pending":
-        reaping.recover(jobs)
-        job = find(jobs, job_id)
-    state = job.get("state")
-    if state not in ACTIVE:
-        raise JobError(f"{job_id} has already ended ({state})")
-    if state == "pending":
-        raise JobError(f"{job_id} is being launched right now; cancel it again in a moment")
-    if state == "queued":
+def cancel(
+    jobs: Jobs,
+    job_id: str,
+    grace_s: float | None = None,
+    *,
+    settle_s: float = CANCEL_SETTLE_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Cancel a job in any state it can be in, whoever else is working on it.
 
-        def drop(tx: Transaction) -> dict[str, Any]:
-            current = tx.state.jobs.get(job_id)
-            if current is None or current.get("state") != "queued":
-                raise JobError(f"{job_id} is no longer queued; cancel it again")
+    One transaction decides on the job as the ledger has it then: a queued job leaves the
+    queue, cancelled (a schedule pass that read it earlier finds it gone when it goes to
+    claim slices for it); a pending or running one is marked `cancel`. A pending job is then
+    settled on its node(s) with a fencing poll, so a launch still in flight can no longer
+    start it: never started -> released, cancelled; started -> stopped like a running job
+    (SIGTERM, grace, SIGKILL), released, cancelled. When its node cannot tell within
+    `settle_s` seconds, JobError; the mark stays, and whoever records the launch stops it.
+    """
+
+    def ask(tx: Transaction) -> dict[str, Any]:
+        current = tx.state.jobs.get(job_id)
+        if current is None:
+            ended = tx.state.finished.get(job_id)
+            if ended is None:
+                raise NoSuchJob(f"no job {job_id!r} (see `gpupoolctl jobs --all`)")
+            raise JobError(f"{job_id} has already ended ({ended.get('state')})")
+        if current.get("state") == "queued":
             for entry in list(tx.state.queue.values()):
                 if entry.get("job") == job_id:
                     tx.append("dequeue", {"id": entry["id"], "reason": "cancelled"})
             tx.append("job", {"id": job_id, "state": "cancelled", "reason": "cancelled"})
             return tx.state.finished[job_id]
-
-        return jobs.ledger.write(drop).value
-    grace = grace_s if grace_s is not None else float(job.get("grace_s") or 0)
-
-    def mark(tx: Transaction) -> dict[str, Any] | None:
-        current = jobs.still(tx, job, "running")
-        if current is None:
-            return None
-        tx.append(
-            "job",
-            {"id": job_id, "state": "running", "cancel": {"at": time.time(), "grace_s": grace}},
-        )
+        grace = grace_s if grace_s is not None else float(current.get("grace_s") or 0)
+        mark = {"at": time.time(), "grace_s": grace}
+        tx.append("job", {"id": job_id, "state": current["state"], "cancel": mark})
         return tx.state.jobs[job_id]
 
-    marked = jobs.ledger.write(mark).value
-    if marked is None:
-        raise JobError(f"{job_id} changed meanwhile; look at `gpupoolctl jobs` and try again")
-    scheduling.stop(jobs, [marked], grace_s=grace)
-    reaping.reap(jobs, only={job_id})
-    job = find(jobs, job_id)
+    job = jobs.ledger.write(ask).value
+    if job.get("state") == "pending":
+        job = _settle_launch(jobs, job, settle_s, sleep)
+    if job.get("state") not in ACTIVE:
+        return job
+    job = stop_cancelled(jobs, job)
     if job.get("state") in ACTIVE:
         raise JobError(
             f"{job_id} was signalled but its node could not confirm it ended; "
             "`gpupoolctl jobs` records it when it does"
         )
     return job
+
+
+def _settle_launch(
+    jobs: Jobs, job: dict[str, Any], settle_s: float, sleep: Callable[[float], None]
+) -> dict[str, Any]:
+    """Fence and settle a pending job marked cancelled, until it is no longer pending."""
+    deadline = time.monotonic() + settle_s
+    delay = FOLLOW_INTERVAL_S[0]
+    while True:
+        reaping.settle_pending(jobs, job, submitter_gone=False)
+        current = find(jobs, job["id"])
+        if current.get("state") != "pending":
+            return current
+        if time.monotonic() >= deadline:
+            raise JobError(
+                f"{job['id']} is being launched and its node could not say whether it "
+                "started; the cancel is recorded: it is stopped when its launch is recorded "
+                "(`gpupoolctl jobs` shows it)"
+            )
+        sleep(delay)
+        delay = min(delay * 1.5, FOLLOW_INTERVAL_S[1])
+
+
+def stop_cancelled(jobs: Jobs, job: dict[str, Any]) -> dict[str, Any]:
+    """SIGTERM a running job marked cancelled, wait its grace, SIGKILL, reap: its record."""
+    grace = float((job.get("cancel") or {}).get("grace_s") or 0)
+    scheduling.stop(jobs, [job], grace_s=grace)
+    reaping.reap(jobs, only={job["id"]})
+    return find(jobs, job["id"])
 
 
 def logs(

@@ -3,7 +3,9 @@
 reap: one fan-out polls every running job's node(s); an ended job gets its final record
 and its slices released in one transaction (a preempted one is requeued when it asked).
 recover: a pending job whose submitter is gone is settled by a *fencing* poll: a job id the
-node never saw is claimed there, so a launch still in flight can no longer start it.
+node never saw is claimed there, so a launch still in flight can no longer start it. `cancel`
+settles a pending job the same way; a job it marked that had not started on all its nodes
+is recorded cancelled (its started part killed) instead of queued again.
 """
 
 from __future__ import annotations
@@ -157,7 +159,8 @@ def recover(jobs: Jobs) -> list[dict[str, Any]]:
 
 
 def settle_pending(jobs: Jobs, job: dict[str, Any], *, submitter_gone: bool) -> dict[str, Any]:
-    """Ask the node(s), fencing: launched -> running; never launched -> released, queued."""
+    """Ask the node(s), fencing: launched -> running; never launched -> released, queued
+    (cancelled when it is marked cancel)."""
     answers = jobs.nodes.poll(_wanted([job]), fence=True)
     statuses = _statuses(jobs, job, answers)
     if statuses is None or any(s["state"] == "starting" for s in statuses):
@@ -184,6 +187,12 @@ def settle_pending(jobs: Jobs, job: dict[str, Any], *, submitter_gone: bool) -> 
                     "submitter": None,
                     "recovered": True,
                 },
+            )
+        elif current.get("cancel"):  # cancelled while being launched: not started (fully)
+            tx.append("release", {"id": current["alloc"]})
+            tx.append(
+                "job",
+                {"id": job["id"], "state": "cancelled", "reason": "cancelled", "submitter": None},
             )
         elif not any(launched):
             tx.append("release", {"id": current["alloc"]})

@@ -2,10 +2,16 @@
 
 Each entry is decided in its own transaction (dequeue + alloc + job pending), then launched
 outside the lock. An entry that does not fit may preempt preemptible, lower-priority
-running jobs (sched.choose_preemption): they are marked in the ledger first, then sent
-SIGTERM, given their grace period, SIGKILLed if still there, and reaped (released, and
-requeued when they asked); then the entry is placed again. Later entries may backfill
-around one that does not fit, except once an entry has aged to the cap (sched.queue).
+running jobs (sched.choose_preemption): they are chosen and marked in that same
+transaction, then sent SIGTERM, given their grace period, SIGKILLed if still there, and
+reaped (released, and requeued when they asked); then the entry is placed again. Later
+entries may backfill around one that does not fit, except once an entry has aged to the
+cap (sched.queue).
+
+Two passes may run at once (two cron runs, `submit` next to `schedule`). Choosing and
+marking victims in one transaction, after checking there that no victim marked for this
+entry is still running, makes the second pass wait for the first one's victims instead of
+stopping a second set for the same entry.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from gpupoolctl.jobs import hooks
 from gpupoolctl.jobs.errors import JobError
 from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.jobs.service import KILL_WAIT_S, Jobs, Outcome
-from gpupoolctl.ledger import Transaction
+from gpupoolctl.ledger import State, Transaction
 from gpupoolctl.ledger.units import parse_ts
 from gpupoolctl.sched import (
     AGING_CAP,
@@ -48,7 +54,10 @@ def schedule(jobs: Jobs) -> Outcome:
             break
         entry = ordered[0]
         done_with.add(entry.id)
-        decided = jobs.ledger.write(lambda tx, e=entry: _decide(jobs, tx, e, reserved))
+        may_preempt = entry.id not in preempted_for
+        decided = jobs.ledger.write(
+            lambda tx, e=entry, p=may_preempt: _decide(jobs, tx, e, reserved, preempt=p)
+        )
         jobs.warnings.extend(decided.warnings)
         kind, detail = decided.value
         if kind == "placed":
@@ -64,17 +73,14 @@ def schedule(jobs: Jobs) -> Outcome:
             )
         elif kind == "never":
             outcome.events.append({"event": "refused", "job": entry.job, "reason": detail})
+        elif kind == "preempting":
+            preempted_for.add(entry.id)
+            stop(jobs, detail)
+            victims = [v["id"] for v in detail]
+            outcome.events.append({"event": "preempted", "job": entry.job, "victims": victims})
+            reaping.reap(jobs)
+            done_with.discard(entry.id)  # try it again on the freed slices
         elif kind == "waiting":
-            victims = None
-            if entry.id not in preempted_for:
-                victims = _victims(jobs, entry, now)
-            if victims:
-                preempted_for.add(entry.id)
-                preempt(jobs, victims, by=str(entry.job))
-                outcome.events.append({"event": "preempted", "job": entry.job, "victims": victims})
-                reaping.reap(jobs)
-                done_with.discard(entry.id)  # try it again on the freed slices
-                continue
             outcome.events.append({"event": "waiting", "job": entry.job, "reason": detail})
             if effective_priority(entry, now) >= AGING_CAP:
                 pool = jobs.pool(view.state, view.now)
@@ -82,7 +88,11 @@ def schedule(jobs: Jobs) -> Outcome:
     return outcome
 
 
-def _decide(jobs: Jobs, tx: Transaction, entry: QueueEntry, reserved: set[str]) -> tuple[str, Any]:
+def _decide(
+    jobs: Jobs, tx: Transaction, entry: QueueEntry, reserved: set[str], *, preempt: bool
+) -> tuple[str, Any]:
+    """Place the entry, or refuse it, or (when `preempt`) choose and mark victims for it:
+    all against the ledger as it is inside this transaction."""
     queued = tx.state.queue.get(entry.id)
     job = tx.state.jobs.get(str(entry.job)) if entry.job else None
     if queued is None:
@@ -107,48 +117,53 @@ def _decide(jobs: Jobs, tx: Transaction, entry: QueueEntry, reserved: set[str]) 
             {"id": job["id"], "state": "failed", "error": f"can never fit: {result.reason}"},
         )
         return "never", result.reason
+    if preempt:
+        if preempting_for(tx.state, job["id"]):
+            return "waiting", f"{result.reason}; the jobs preempted for it are still stopping"
+        marked = _mark_victims(jobs, tx, entry, job["id"])
+        if marked:
+            return "preempting", marked
     return "waiting", result.reason
 
 
-def _victims(jobs: Jobs, entry: QueueEntry, now: Any) -> list[str] | None:
-    view = jobs.read()
-    pool = jobs.pool(view.state, view.now)
-    chosen = choose_preemption(entry.request, pool, now)
+def preempting_for(state: State, job_id: str) -> list[str]:
+    """Jobs marked to be preempted for `job_id` that are still running (a victim requeued
+    after it ended is queued: its old mark no longer counts)."""
+    return [
+        k
+        for k, j in state.jobs.items()
+        if j.get("state") == "running" and (j.get("preempt") or {}).get("by") == job_id
+    ]
+
+
+def _mark_victims(
+    jobs: Jobs, tx: Transaction, entry: QueueEntry, by: str
+) -> list[dict[str, Any]] | None:
+    """Choose the victims on the transaction's state and mark them, in one step: another
+    pass's transaction then sees the marks. Returns the marked jobs, or None."""
+    chosen = choose_preemption(entry.request, jobs.pool(tx.state, tx.now), tx.moment)
     if not chosen:
         return None
-    running = {
-        k: j
-        for k, j in view.state.jobs.items()
-        if j.get("state") == "running" and not j.get("cancel")
-    }
-    if any(v not in running for v in chosen):
-        return None  # a victim that is not a running job of ours: cannot stop it cleanly
-    return chosen
-
-
-def preempt(jobs: Jobs, victims: list[str], *, by: str) -> None:
-    """Mark, SIGTERM, wait out the grace period, SIGKILL: the reap that follows frees them."""
-
-    def mark(tx: Transaction) -> list[dict[str, Any]]:
-        marked = []
-        for job_id in victims:
-            job = tx.state.jobs.get(job_id)
-            if job is None or job.get("state") != "running":
-                continue
-            grace = float(job.get("grace_s") or 0)
-            tx.append(
-                "job",
-                {
-                    "id": job_id,
-                    "state": "running",
-                    "preempt": {"by": by, "at": time.time(), "grace_s": grace},
-                },
-            )
-            marked.append(tx.state.jobs[job_id])
-        return marked
-
-    marked = jobs.ledger.write(mark).value
-    stop(jobs, marked)
+    running = {k: j for k, j in tx.state.jobs.items() if j.get("state") == "running"}
+    # A victim that is not a running job of ours cannot be stopped cleanly; one already being
+    # stopped (cancelled, or preempted for another job) frees nothing this job can count on.
+    if any(
+        v not in running or running[v].get("cancel") or running[v].get("preempt") for v in chosen
+    ):
+        return None
+    marked = []
+    for job_id in chosen:
+        grace = float(running[job_id].get("grace_s") or 0)
+        tx.append(
+            "job",
+            {
+                "id": job_id,
+                "state": "running",
+                "preempt": {"by": by, "at": time.time(), "grace_s": grace},
+            },
+        )
+        marked.append(tx.state.jobs[job_id])
+    return marked
 
 
 def stop(jobs: Jobs, targets: list[dict[str, Any]], grace_s: float | None = None) -> None:

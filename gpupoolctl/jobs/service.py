@@ -313,8 +313,15 @@ class Jobs:
         if unsure:
             from gpupoolctl.jobs import reaping
 
-            return reaping.settle_pending(self, job, submitter_gone=True)
-        return self._record_launch(job, nodes, errors)
+            recorded = reaping.settle_pending(self, job, submitter_gone=True)
+        else:
+            recorded = self._record_launch(job, nodes, errors)
+        if recorded.get("state") == "running" and recorded.get("cancel"):
+            # Cancelled while it was being launched (see control.cancel): stop it now.
+            from gpupoolctl.jobs import control
+
+            return control.stop_cancelled(self, recorded)
+        return recorded
 
     def _record_launch(
         self, job: dict[str, Any], nodes: list[dict[str, Any]], errors: list[str]
@@ -322,19 +329,23 @@ class Jobs:
         started = [n for n in nodes if n.get("pid")]
 
         def build(tx: Transaction) -> dict[str, Any] | None:
-            if self.still(tx, job, "pending") is None:
-                return None  # a recovery pass settled it meanwhile
+            current = self.still(tx, job, "pending")
+            if current is None:
+                return None  # a recovery pass (or cancel) settled it meanwhile
             if not errors:
                 tx.append(
                     "job",
                     {"id": job["id"], "state": "running", "nodes": nodes, "submitter": None},
                 )
             else:
+                # A job cancelled while being launched ends cancelled, whatever the launch did.
+                cancelled = current.get("cancel")
                 tx.append(
                     "job",
                     {
                         "id": job["id"],
-                        "state": "failed",
+                        "state": "cancelled" if cancelled else "failed",
+                        "reason": "cancelled" if cancelled else None,
                         "error": "launch failed: " + "; ".join(errors),
                         "nodes": nodes,
                         "submitter": None,

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -153,3 +154,48 @@ def test_impossible_and_malformed_requests(jobs_cli) -> None:
         run = jobs_cli("-q", "submit", *args)
         assert run.code == 2, (args, run.stderr)
         assert "Traceback" not in run.stderr
+
+
+def test_cancel_of_a_queued_job_ends_its_waiting_submitter(jobs_cli) -> None:
+    long = ["--", PY, "-c", "import time; time.sleep(30)"]
+    first = [submit(jobs_cli, "-l", L40S, "submit", "--profile", "gpu", *long) for _ in range(4)]
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "XDG_"))},
+        "HOME": str(Path(jobs_cli.tmp) / "home"),
+        "GPUPOOL_SIM_DIR": str(jobs_cli.sim_dir),
+    }
+    args = ["-l", L40S, "submit", "--profile", "gpu", "--name", "late", "--wait", *long]
+    waiter = subprocess.Popen(
+        [PY, "-m", "gpupoolctl.cli.main", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=jobs_cli.cwd,
+    )
+    try:
+        late = None
+        for _ in range(100):  # until the waiter has queued its job (it then follows it)
+            named = [j for j in jobs_json(jobs_cli, "--no-refresh").values() if j["name"]]
+            if named:
+                late = named[0]["id"]
+                break
+            assert waiter.poll() is None, waiter.communicate()
+        assert late is not None
+        cancelled = jobs_cli("-q", "cancel", late)
+        assert cancelled.code == 0, cancelled.stderr
+        _, stderr = waiter.communicate(timeout=60)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.communicate()
+    assert waiter.returncode == 1 and f"{late}: cancelled" in stderr, stderr
+    assert "Traceback" not in stderr
+    # A card comes free: the cancelled job is not what starts on it, nothing ever does.
+    assert jobs_cli("-q", "cancel", first[0], "--grace", "1").code == 0
+    sched = jobs_cli("-q", "schedule", "-o", "json")
+    assert sched.code == 0 and sched.json() == [], sched.stdout
+    job = jobs_json(jobs_cli, "--no-refresh")[late]
+    assert job["state"] == "cancelled" and job["host"] is None and job["exit_code"] is None
+    assert len(held(jobs_cli)) == 3
