@@ -137,6 +137,10 @@ class Transaction:
 
 
 NO_FSYNC_ENV = "GPUPOOL_LEDGER_NO_FSYNC"
+AUTOCOMPACT_ENV = "GPUPOOL_LEDGER_AUTOCOMPACT"
+# Records in the live journal that make a writer compact it: reading (every command does)
+# then never replays more than ~0.1 s of history; each compaction archives this many.
+DEFAULT_AUTOCOMPACT = 10_000
 
 
 def durable_from_env(environ: Mapping[str, str] | None = None) -> bool:
@@ -146,12 +150,28 @@ def durable_from_env(environ: Mapping[str, str] | None = None) -> bool:
     return env.get(NO_FSYNC_ENV, "").strip().lower() not in {"1", "true", "yes"}
 
 
+def autocompact_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """GPUPOOL_LEDGER_AUTOCOMPACT: compact once the live journal holds this many records;
+    0 never compacts by itself. Unset or empty: DEFAULT_AUTOCOMPACT."""
+    env = os.environ if environ is None else environ
+    text = env.get(AUTOCOMPACT_ENV, "").strip()
+    if not text:
+        return DEFAULT_AUTOCOMPACT
+    if not (text.isascii() and text.isdigit()):  # "²".isdigit() is true, int("²") fails
+        raise UsageError(
+            f"{AUTOCOMPACT_ENV}={text!r}: expected a whole number of records (0 to never "
+            "compact by itself)"
+        )
+    return int(text)
+
+
 class Ledger:
     @classmethod
     def from_env(cls, path: Path | None = None) -> Ledger:
         """A Ledger at `path` (None: the default path), durable unless the environment
-        says GPUPOOL_LEDGER_NO_FSYNC (see `durable_from_env`)."""
-        return cls(path, durable=durable_from_env())
+        says GPUPOOL_LEDGER_NO_FSYNC (see `durable_from_env`), compacting itself as
+        GPUPOOL_LEDGER_AUTOCOMPACT says (see `autocompact_from_env`)."""
+        return cls(path, durable=durable_from_env(), autocompact=autocompact_from_env())
 
     def __init__(
         self,
@@ -160,6 +180,7 @@ class Ledger:
         durable: bool = True,
         actor: str | None = None,
         clock: Callable[[], datetime] = utc_now,
+        autocompact: int = DEFAULT_AUTOCOMPACT,
     ) -> None:
         self.is_default = path is None
         if path is not None and Path(path).is_dir():
@@ -168,6 +189,7 @@ class Ledger:
         self.durable = durable
         self.actor = actor or default_actor()
         self.clock = clock
+        self.autocompact = autocompact
         self._lock = FileLock(self.paths.lock)
         self._loaded: replay.Loaded | None = None
 
@@ -322,6 +344,31 @@ class Ledger:
             scan.last_seq = tx.records[-1]["seq"]
             loaded.size = scan.end
             loaded.ident = replay._ident(self.paths, fd)[0]
+            if self.autocompact and scan.records >= self.autocompact:
+                tx.warnings.extend(self._compact_after_write(fd, loaded))
+
+    def _compact_after_write(self, fd: int, loaded: replay.Loaded) -> list[str]:
+        """Compact while still holding the write lock, once the live journal holds
+        `autocompact` records, so that reading never has to replay more than that. The
+        transaction is already durable: a failure here is a warning, and the ledger stays
+        readable whichever step it stopped at (see snapshot.compact)."""
+        try:
+            snapshot.compact(
+                self.paths,
+                fd,
+                loaded,
+                durable=self.durable,
+                actor=self.actor,
+                now=format_ts(self.clock()),
+            )
+        except (OSError, LedgerError) as exc:
+            return [
+                f"{self.paths.journal}: automatic compaction failed ({exc}); the write itself "
+                "is recorded; run `gpupoolctl ledger compact`"
+            ]
+        finally:
+            self._loaded = None
+        return []
 
     def write(self, build: Callable[[Transaction], Any]) -> Done:
         """Run `build` inside a transaction; returns its value, the records and warnings."""

@@ -14,15 +14,20 @@ import json
 import os
 import zlib
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from gpupoolctl.atomic import fsync_dir
 from gpupoolctl.ledger.errors import LedgerDamaged
 from gpupoolctl.ledger.paths import FILE_MODE, LedgerPaths, write_atomic
+from gpupoolctl.ledger.units import format_ts, parse_ts
 
 SNAPSHOT_FORMAT = 1
 _CRC_KEY = b',"crc":"'
+# Finished jobs a snapshot keeps: those of the last week, at most this many (the newest).
+FINISHED_KEEP = timedelta(days=7)
+FINISHED_KEEP_MAX = 10_000
 
 
 @dataclass
@@ -147,15 +152,12 @@ def compact(
         )
         entry.update(first_ts=scan.first_ts, last_ts=scan.last_ts, records=scan.records)
         archives.append(entry)
+        state = loaded.state.to_dict()
+        since = format_ts(parse_ts(now) - FINISHED_KEEP)
+        state["finished"] = loaded.state.recent_finished(since, FINISHED_KEEP_MAX)
         write(
             paths,
-            Snapshot(
-                seq=loaded.state.seq,
-                ts=now,
-                actor=actor,
-                state=loaded.state.to_dict(),
-                archives=archives,
-            ),
+            Snapshot(seq=loaded.state.seq, ts=now, actor=actor, state=state, archives=archives),
             durable=durable,
         )
         result.update(compacted=True, archive=str(archive_path(paths, entry)))

@@ -217,6 +217,14 @@ class State:
                 owners.setdefault(slice_id, []).append(alloc.id)
         return {k: v for k, v in owners.items() if len(v) > 1}
 
+    def recent_finished(self, since: str, limit: int) -> list[dict[str, Any]]:
+        """Finished jobs last updated at or after `since`, at most `limit` of the newest:
+        what a snapshot keeps so that `jobs --all`, `logs` and `cancel` still know a job
+        that ended shortly before a compaction."""
+        recent = [j for j in self.finished.values() if str(j.get("updated", "")) >= since]
+        recent.sort(key=lambda j: str(j.get("updated", "")))
+        return recent[-limit:] if limit > 0 else []
+
     # -- snapshot form --------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
@@ -241,6 +249,8 @@ class State:
         state.jobs = {j["id"]: dict(j) for j in raw["jobs"]}
         state.queue = {q["id"]: dict(q) for q in raw["queue"]}
         state.problems = [dict(p) for p in raw.get("problems", [])]
+        # Recently finished jobs kept by compaction (not part of equality, like `finished`).
+        state.finished = {j["id"]: dict(j) for j in raw.get("finished", [])}
         return state
 
     def __eq__(self, other: object) -> bool:

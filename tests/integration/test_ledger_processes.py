@@ -1,5 +1,7 @@
 """Many real processes on one ledger: no double booking, no lost acknowledgement, and
-SIGKILLed writers (also in the middle of a line) leave a ledger the next writer repairs."""
+SIGKILLed writers (also in the middle of a line) leave a ledger the next writer repairs.
+Each test runs twice: without automatic compaction, and compacting every 7 records (so
+writers are also killed while compacting, and history must survive across the archives)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from gpupoolctl.ledger import Ledger, Request
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,9 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 WORKER = r"""
 import random, sys
 from gpupoolctl.ledger import Ledger, NothingFits, Request
-path, owner, seed, steps, durable = sys.argv[1:6]
+path, owner, seed, steps, durable, autocompact = sys.argv[1:7]
 rng = random.Random(int(seed))
-led = Ledger(path, durable=durable == "1", actor=f"{owner}@test")
+led = Ledger(path, durable=durable == "1", actor=f"{owner}@test", autocompact=int(autocompact))
 out = sys.stdout
 def say(text):
     out.write(text + "\n"); out.flush()
@@ -139,10 +143,14 @@ def check_history(path: Path, allocs: dict[str, list[str]], releases: set[str]) 
                 held = {k: v for k, v in held.items() if v != alloc_id}
 
 
-def test_eight_processes_never_double_book(tmp_path):
+COMPACTING = pytest.mark.parametrize("autocompact", ["0", "7"], ids=["plain", "compacting"])
+
+
+@COMPACTING
+def test_eight_processes_never_double_book(tmp_path, autocompact):
     path = tmp_path / "ledger.jsonl"
     Ledger(path).refresh_slices(["n0", "n1"], gpu_pool(12))
-    workers = [start(WORKER, str(path), f"w{i}", str(i), "60", "1") for i in range(8)]
+    workers = [start(WORKER, str(path), f"w{i}", str(i), "60", "1", autocompact) for i in range(8)]
     outputs = []
     for proc in workers:
         out, err = proc.communicate(timeout=120)
@@ -155,11 +163,14 @@ def test_eight_processes_never_double_book(tmp_path):
     check_history(path, allocs, releases)
 
 
-def test_sigkilled_writers_lose_nothing_acknowledged(tmp_path):
+@COMPACTING
+def test_sigkilled_writers_lose_nothing_acknowledged(tmp_path, autocompact):
     rng = random.Random(7)
     path = tmp_path / "ledger.jsonl"
     Ledger(path).refresh_slices([f"n{i}" for i in range(8)], gpu_pool(64))
-    slots = {f"w{i}": start(WORKER, str(path), f"w{i}", str(i), "-1", "1") for i in range(4)}
+    slots = {
+        f"w{i}": start(WORKER, str(path), f"w{i}", str(i), "-1", "1", autocompact) for i in range(4)
+    }
     outputs: list[str] = []
     torn_made = 0
     deadline = time.monotonic() + 4.0
@@ -177,7 +188,7 @@ def test_sigkilled_writers_lose_nothing_acknowledged(tmp_path):
             tearer.communicate(timeout=30)
             assert tearer.returncode == -signal.SIGKILL
             torn_made += 1
-        slots[owner] = start(WORKER, str(path), owner, str(1000 + round_no), "-1", "1")
+        slots[owner] = start(WORKER, str(path), owner, str(1000 + round_no), "-1", "1", autocompact)
     for proc in slots.values():
         proc.send_signal(signal.SIGKILL)
         outputs.append(proc.communicate()[0])
