@@ -110,6 +110,10 @@ def _decide(
             tx.append("job", {"id": job["id"], "state": "failed", "error": str(exc)})
             return "never", str(exc)
     assert isinstance(result, NoFit)
+    # A pass limited to some hosts (-l) must not fail a job that other hosts could hold.
+    limited = result.never and jobs.hosts is not None
+    if limited and not jobs.fits_nowhere(tx.state, entry.request, tx.now, policy):
+        return "waiting", f"{result.reason} (this pass sees only the hosts given by -l)"
     if result.never:
         tx.append("dequeue", {"id": entry.id, "reason": "can never fit"})
         tx.append(

@@ -95,6 +95,12 @@ class Jobs:
                 self.warnings.append(message)
         return view
 
+    def fits_nowhere(self, state: State, request: JobRequest, now: str, policy: str) -> bool:
+        """Whether no slice of the whole pool, not only of this pass's hosts (--limit),
+        could ever hold the request: only then may a queued job be failed for it."""
+        result = place(request, PoolView.from_state(state, now), policy)
+        return isinstance(result, NoFit) and result.never
+
     def place(
         self,
         state: State,

@@ -202,3 +202,42 @@ def test_a_placement_that_cannot_launch_fails_the_job_without_blocking_the_queue
     assert state.queue == {} and state.holders == {}
     after = jobs.submit(spec(profile="gpu"))
     assert state_of(jobs, str(after.job_id))["state"] == "running"
+
+
+def test_a_pass_limited_to_some_hosts_never_fails_a_job_other_hosts_could_hold(tmp_path):
+    from gpupoolctl.jobs import scheduling
+
+    ledger = Ledger(tmp_path / "ledger.jsonl", durable=False)
+    l40s = dict(SLICES[0], id="n2/gpu0", host="n2", uuid="GPU-9", devices=["GPU-9"])
+    l40s.update(model="L40S", island="n2/island0")
+    ledger.refresh_slices(["n1", "n2"], [*SLICES, l40s])
+    node = FakeNode()
+    targets = [target_from_vars(h, {"transport": "local"}) for h in ("n1", "n2")]
+    everyone = Jobs(ledger, Nodes(targets, node), owner="alice")
+    everyone.submit(spec(profile="gpu", model="L40S"))  # n2's only card: busy from now on
+    queued = everyone.submit(spec(profile="gpu", model="L40S"))
+    assert queued.state == "queued"
+
+    # A cron pass limited to n1 (`schedule -l n1`) sees no L40S at all...
+    only_n1 = Jobs(ledger, Nodes(targets[:1], node), owner="cron", hosts={"n1"})
+    events = scheduling.schedule(only_n1).events
+    # ...and must leave the job waiting, not fail it for good.
+    assert [e["event"] for e in events] == ["waiting"]
+    assert "-l" in events[0]["reason"]
+    assert state_of(everyone, str(queued.job_id))["state"] == "queued"
+    # What no host of the pool could ever hold is still refused by a limited pass.
+    with ledger.transaction() as tx:
+        tx.append("job", {"id": "j-x", "state": "queued", "owner": "bob", "request": {}})
+        tx.append(
+            "enqueue",
+            {
+                "id": "q-x",
+                "job": "j-x",
+                "owner": "bob",
+                "priority": 50,
+                "request": {"gpus": 1, "profile": "gpu", "model": "H100"},
+            },
+        )
+    events = scheduling.schedule(only_n1).events
+    assert any(e["event"] == "refused" and e["job"] == "j-x" for e in events)
+    assert state_of(everyone, "j-x")["state"] == "failed"
