@@ -114,7 +114,13 @@ def _finish(
     }
     tx.append("release", {"id": current["alloc"]})
     preempt = current.get("preempt")
-    if current.get("cancel"):
+    mark = current.get("cancel") or preempt
+    if mark and exit_code == 0 and final["signal"] is None and ended < float(mark.get("at") or 0):
+        # It had finished on its own before anyone asked it to stop: done, not cancelled
+        # (and a preempted job that had finished is not run again).
+        what = "cancel" if current.get("cancel") else "preemption"
+        tx.append("job", {**final, "state": "done", "reason": f"ended before the {what}"})
+    elif current.get("cancel"):
         tx.append("job", {**final, "state": "cancelled", "reason": "cancelled"})
     elif preempt and current.get("requeue"):
         jobs.enqueue(

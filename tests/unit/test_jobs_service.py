@@ -241,3 +241,54 @@ def test_a_pass_limited_to_some_hosts_never_fails_a_job_other_hosts_could_hold(t
     events = scheduling.schedule(only_n1).events
     assert any(e["event"] == "refused" and e["job"] == "j-x" for e in events)
     assert state_of(everyone, "j-x")["state"] == "failed"
+
+
+class EndedNode(FakeNode):
+    """A node whose jobs may end on their own; a signal to an ended job changes nothing."""
+
+    def answer(self, name: str, request: dict[str, Any]) -> HostResult:
+        args = request["args"]
+        if request["verb"] == "signal" and self.jobs[args["job_id"]]["state"] == "exited":
+            self.calls.append("signal")
+            return HostResult(name, "ok", data={"sent": False, "state": "exited"})
+        return super().answer(name, request)
+
+
+@pytest.mark.parametrize("finished_early", [True, False], ids=["ended-before", "stopped"])
+def test_cancel_of_a_job_that_had_already_finished_records_it_done(tmp_path, finished_early):
+    import time
+
+    from gpupoolctl.jobs import control
+
+    ledger = Ledger(tmp_path / "ledger.jsonl", durable=False)
+    ledger.refresh_slices(["n1"], SLICES)
+    node = EndedNode()
+    jobs = Jobs(ledger, Nodes([target_from_vars("n1", {"transport": "local"})], node), owner="a")
+    job_id = str(jobs.submit(spec()).job_id)
+    if finished_early:  # exited 0 five seconds ago; nobody had looked yet
+        node.jobs[job_id] = {"state": "exited", "exit_code": 0, "ended": time.time() - 5}
+    job = control.cancel(jobs, job_id, grace_s=0)
+    if finished_early:
+        assert job["state"] == "done" and job["exit_code"] == 0
+        assert job["reason"] == "ended before the cancel"
+    else:
+        assert job["state"] == "cancelled" and job["exit_code"] == 143
+    assert jobs.ledger.read().state.holders == {}
+
+
+def test_a_preempted_job_that_had_already_finished_is_not_run_again(tmp_path):
+    import time
+
+    ledger = Ledger(tmp_path / "ledger.jsonl", durable=False)
+    ledger.refresh_slices(["n1"], SLICES)
+    node = EndedNode()
+    jobs = Jobs(ledger, Nodes([target_from_vars("n1", {"transport": "local"})], node), owner="a")
+    job_id = str(jobs.submit(spec()).job_id)
+    node.jobs[job_id] = {"state": "exited", "exit_code": 0, "ended": time.time() - 5}
+    with ledger.transaction() as tx:  # a pass marked it for preemption, asking a requeue
+        mark = {"by": "j-99", "at": time.time(), "grace_s": 0}
+        tx.append("job", {"id": job_id, "state": "running", "preempt": mark, "requeue": True})
+    reaping.reap(jobs)
+    job = state_of(jobs, job_id)
+    assert job["state"] == "done" and job["reason"] == "ended before the preemption"
+    assert jobs.ledger.read().state.queue == {}
