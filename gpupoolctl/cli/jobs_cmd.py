@@ -512,6 +512,7 @@ def cancel(
     """Stop a job (SIGTERM to its process group, grace period, SIGKILL), release its
     slices and record it cancelled; a queued job just leaves the queue, and one being
     launched is stopped on its node before it can start (or right after, if it had).
+    Exit 1 when the job had already ended (it is recorded as it ended, e.g. done).
 
     With --backend slurm: scancel JOB, then its state once Slurm settled it (exit 1 when the
     job had already ended, or when Slurm did not confirm its end within 15 s)."""

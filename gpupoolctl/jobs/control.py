@@ -71,6 +71,8 @@ def cancel(
     if job.get("state") not in ACTIVE:
         return job
     job = stop_cancelled(jobs, job)
+    if job.get("state") == "done":  # it had exited 0 on its own before the cancel
+        raise JobError(f"{job_id} has already ended (done, exit code {job.get('exit_code')})")
     if job.get("state") in ACTIVE:
         raise JobError(
             f"{job_id} was signalled but its node could not confirm it ended; "

@@ -10,6 +10,7 @@ import pytest
 
 from gpupoolctl.errors import UsageError
 from gpupoolctl.jobs import Jobs, JobSpec, NeverFits, Nodes, reaping
+from gpupoolctl.jobs.errors import JobError
 from gpupoolctl.jobs.spec import parse_env
 from gpupoolctl.ledger import Ledger
 from gpupoolctl.remote.results import HostResult
@@ -267,11 +268,14 @@ def test_cancel_of_a_job_that_had_already_finished_records_it_done(tmp_path, fin
     job_id = str(jobs.submit(spec()).job_id)
     if finished_early:  # exited 0 five seconds ago; nobody had looked yet
         node.jobs[job_id] = {"state": "exited", "exit_code": 0, "ended": time.time() - 5}
-    job = control.cancel(jobs, job_id, grace_s=0)
     if finished_early:
+        with pytest.raises(JobError, match=r"has already ended \(done, exit code 0\)"):
+            control.cancel(jobs, job_id, grace_s=0)
+        job = state_of(jobs, job_id)
         assert job["state"] == "done" and job["exit_code"] == 0
         assert job["reason"] == "ended before the cancel"
     else:
+        job = control.cancel(jobs, job_id, grace_s=0)
         assert job["state"] == "cancelled" and job["exit_code"] == 143
     assert jobs.ledger.read().state.holders == {}
 
