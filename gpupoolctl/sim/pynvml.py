@@ -27,6 +27,9 @@ State section (per node, written by gpupoolctl.sim.nvidia_templates):
                             "compute_instance_id"}],
              "unsupported": [pynvml function names that raise NotSupported on this GPU],
              "lost": bool (every call on this GPU raises GpuIsLost)}],
+   "missing": [C symbols this libnvidia-ml lacks (an older driver): calling them raises
+               FunctionNotFound, which the unversioned process listers turn into
+               NVMLLibraryMismatchError as nvidia-ml-py 13 does],
    "faults": [{"op", "gpu"?, "nth", "times", "error", "seen"}]}
 
 Fault ops: "init", "set_mig_mode", "create_gpu_instance", "destroy_gpu_instance",
@@ -181,6 +184,12 @@ NVML_COMPUTE_INSTANCE_PROFILE_COUNT = 0x9
 NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0x0
 NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT = 0x1
 
+# The library's own enum bounds, apart from the module's constants above: an older binding
+# (nvidia-ml-py 11.515 has GPU_INSTANCE_PROFILE_COUNT 0x8) can face a newer libnvidia-ml, which
+# answers INVALID_ARGUMENT only past its own last profile (nvml.h).
+_LIB_GPU_INSTANCE_PROFILE_COUNT = 0x12
+_LIB_COMPUTE_INSTANCE_PROFILE_COUNT = 0x9
+
 nvmlMemory_v2 = 0x02000028
 nvmlGpuInstanceProfileInfo_v2 = 0x02000098
 nvmlComputeInstanceProfileInfo_v2 = 0x02000088
@@ -188,6 +197,10 @@ nvmlComputeInstanceProfileInfo_v2 = 0x02000088
 _MIB = 1024 * 1024
 
 # --- errors: same hierarchy and naming as the real module --------------------------------------
+
+
+class NVMLLibraryMismatchError(Exception):
+    """As in nvidia-ml-py 13: deliberately not an NVMLError."""
 
 
 class NVMLError(Exception):
@@ -264,6 +277,26 @@ _extractNVMLErrorsAsClasses()
 
 def _fail(code: int) -> NoReturn:
     raise NVMLError(code)
+
+
+def throwOnVersionMismatch(func: Callable[..., Any]) -> Callable[..., Any]:
+    """nvidia-ml-py 13's decorator on the unversioned process listers: FunctionNotFound from
+    an older libnvidia-ml becomes NVMLLibraryMismatchError."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except NVMLError as exc:
+            if exc.value != NVML_ERROR_FUNCTION_NOT_FOUND:
+                raise
+            raise NVMLLibraryMismatchError(
+                "Unversioned function called and the pyNVML version does not match the NVML "
+                "lib version. Either use matching pyNVML and NVML lib versions or use a "
+                "versioned function such as " + func.__name__ + "_v2"
+            ) from None
+
+    return wrapper
 
 
 # --- ctypes structures and handle types (same names and fields as pynvml) ----------------------
@@ -511,6 +544,8 @@ def _api(fn: F) -> F:
         CALLS[fn.__name__] += 1
         if _init_count <= 0:
             _fail(NVML_ERROR_UNINITIALIZED)
+        if fn.__name__ in (_section().get("missing") or ()):
+            _fail(NVML_ERROR_FUNCTION_NOT_FOUND)  # the symbol is not in this libnvidia-ml
         if args and isinstance(args[0], ctypes._Pointer):
             gpu = _gpu_entry(_decode(args[0])[1])
             if gpu.get("lost"):
@@ -1218,8 +1253,7 @@ def nvmlDeviceGetP2PStatus(device1: Any, device2: Any, p2pIndex: Any) -> int:
 # --- processes ---
 
 
-@_api
-def nvmlDeviceGetComputeRunningProcesses(handle: Any) -> list[nvmlFriendlyObject]:
+def _running_processes(handle: Any) -> list[nvmlFriendlyObject]:
     gpu, _, gi, ci = _device(handle)
     out = []
     for proc in _processes(gpu, gi, ci):
@@ -1241,7 +1275,19 @@ def nvmlDeviceGetComputeRunningProcesses(handle: Any) -> list[nvmlFriendlyObject
     return out
 
 
-nvmlDeviceGetComputeRunningProcesses_v3 = nvmlDeviceGetComputeRunningProcesses
+@_api
+def nvmlDeviceGetComputeRunningProcesses_v3(handle: Any) -> list[nvmlFriendlyObject]:
+    return _running_processes(handle)
+
+
+@_api
+def nvmlDeviceGetComputeRunningProcesses_v2(handle: Any) -> list[nvmlFriendlyObject]:
+    return _running_processes(handle)  # same struct as _v3 in nvidia-ml-py 13
+
+
+@throwOnVersionMismatch
+def nvmlDeviceGetComputeRunningProcesses(handle: Any) -> list[nvmlFriendlyObject]:
+    return nvmlDeviceGetComputeRunningProcesses_v3(handle)
 
 
 # --- MIG mode ---
@@ -1301,7 +1347,7 @@ def nvmlDeviceGetGpuInstanceProfileInfo(device: Any, profile: int, version: int 
     if version not in (1, 2):
         _fail(NVML_ERROR_FUNCTION_NOT_FOUND)
     geometry = _require_mig(_parent(device), enabled=version == 2)
-    if not 0 <= int(profile) < NVML_GPU_INSTANCE_PROFILE_COUNT:
+    if not 0 <= int(profile) < _LIB_GPU_INSTANCE_PROFILE_COUNT:
         _fail(NVML_ERROR_INVALID_ARGUMENT)
     found = geometry.by_index(int(profile))
     if found is None:
@@ -1460,7 +1506,7 @@ def nvmlGpuInstanceGetComputeInstanceProfileInfo(
     gpu, gi = _gi_of(device)
     if version not in (1, 2):
         _fail(NVML_ERROR_FUNCTION_NOT_FOUND)
-    if not 0 <= int(profile) < NVML_COMPUTE_INSTANCE_PROFILE_COUNT or int(engProfile) != 0:
+    if not 0 <= int(profile) < _LIB_COMPUTE_INSTANCE_PROFILE_COUNT or int(engProfile) != 0:
         _fail(NVML_ERROR_INVALID_ARGUMENT)
     found = next((p for p in _ci_profiles(gpu, gi) if p.index == int(profile)), None)
     if found is None:

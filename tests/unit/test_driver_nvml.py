@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import subprocess
 import sys
@@ -187,6 +188,80 @@ def test_no_pynvml_is_silent(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(DriverUnavailable) as info:
         nvml_driver.open_driver()
     assert str(info.value) == ""
+
+
+# Where the node's pynvml and libnvidia-ml are of different ages: the fake plays an older
+# binding (constants patched down to those nvidia-ml-py 11.515.75 defines) or an older
+# library (C symbols marked missing in the state).
+OLD_GI_PROFILE_COUNT = 0x8
+OLD_NVLINK_MAX_LINKS = 12
+
+
+def mark_missing(state: SimState, *symbols: str) -> None:
+    with state.mutate() as data:
+        data["nvidia"]["missing"] = list(symbols)
+
+
+def test_library_without_v3_process_call_still_gives_facts(tmp_path: Path, use_fake: None) -> None:
+    # nvidia-ml-py 13 turns FunctionNotFound of the unversioned call into
+    # NVMLLibraryMismatchError, which is not an NVMLError; it names _v2 as the way out.
+    state = SimState.reset("n1", "l40s-4", tmp_path)
+    fake.sim_add_process(state, 1, pid=321, used_memory_mib=2048, name="train")
+    mark_missing(state, "nvmlDeviceGetComputeRunningProcesses_v3")
+    gpus, _, _ = collect(state)
+    assert len(gpus) == 4
+    assert [p["pid"] for p in gpus[1]["processes"]] == [321]
+    assert gpus[1]["processes"][0]["used_memory_mib"] == 2048
+    assert gpus[0]["processes"] == []
+
+
+def test_library_with_no_process_call_is_a_warning(tmp_path: Path, use_fake: None) -> None:
+    state = SimState.reset("n1", "l40s-4", tmp_path)
+    fake.sim_add_process(state, 1, pid=321)
+    mark_missing(
+        state,
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+    )
+    gpus, _, driver = collect(state)
+    assert [g["processes"] for g in gpus] == [[], [], [], []]
+    assert gpus[1]["uuid"].startswith("GPU-") and gpus[1]["memory_total_mib"] > 0
+    assert any("RunningProcesses" in w for w in driver.warnings)
+
+
+def test_older_binding_still_sees_every_mig_profile(
+    tmp_path: Path, use_fake: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = SimState.reset("n1", "dgx-h100", tmp_path)
+    # GPU 0 holds a 1g.20gb (profile id 15, NVML index 0x9 = 1_SLICE_REV2).
+    fake.bind(state)
+    fake.nvmlInit()
+    h = fake.nvmlDeviceGetHandleByIndex(0)
+    fake.nvmlDeviceSetMigMode(h, fake.NVML_DEVICE_MIG_ENABLE)
+    where = ctypes.byref(fake.c_nvmlGpuInstancePlacement_t(0, 2))
+    gi = fake.nvmlDeviceCreateGpuInstanceWithPlacement(h, 15, where)
+    fake.nvmlGpuInstanceCreateComputeInstance(gi, 0)
+    fake.nvmlShutdown()
+
+    monkeypatch.setattr(fake, "NVML_GPU_INSTANCE_PROFILE_COUNT", OLD_GI_PROFILE_COUNT)
+    gpus, _, driver = collect(state)
+    assert [(gi["profile"], gi["profile_id"]) for gi in gpus[0]["mig"]["instances"]] == [
+        ("1g.20gb", 15)
+    ]
+    assert gpus[0]["mig"]["instances"][0]["compute_instances"][0]["uuid"].startswith("MIG-")
+    for gpu in gpus[:2]:  # MIG on (v2 table) and MIG off (v1 table)
+        assert 15 in {p["id"] for p in gpu["mig"]["profiles"]}
+        assert len(gpu["mig"]["profiles"]) == 7
+    assert driver.warnings == []
+
+
+def test_older_binding_still_counts_every_nvlink(
+    tmp_path: Path, use_fake: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fake, "NVML_NVLINK_MAX_LINKS", OLD_NVLINK_MAX_LINKS)
+    _, matrix, driver = collect(SimState.reset("n1", "dgx-h100", tmp_path))
+    assert matrix[0][1] == "NV18" and matrix[7][3] == "NV18"
+    assert driver.warnings == []
 
 
 def _have_amd_side() -> bool:

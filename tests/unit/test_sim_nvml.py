@@ -94,6 +94,39 @@ def test_struct_fields_match_the_real_module() -> None:
         assert getattr(nv, name) == getattr(real, name), name
 
 
+def test_older_library_and_the_version_mismatch_error(tmp_path: Path, bound: None) -> None:
+    # nvidia-ml-py 13: the unversioned process lister turns FunctionNotFound (no _v3 symbol in
+    # an older libnvidia-ml) into NVMLLibraryMismatchError, which is not an NVMLError.
+    assert not issubclass(nv.NVMLLibraryMismatchError, nv.NVMLError)
+    state = start(tmp_path, "l40s-4")
+    nv.sim_add_process(state, 0, pid=55)
+    with state.mutate() as data:
+        data["nvidia"]["missing"] = ["nvmlDeviceGetComputeRunningProcesses_v3"]
+    h = nv.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(nv.NVMLError_FunctionNotFound):
+        nv.nvmlDeviceGetComputeRunningProcesses_v3(h)
+    with pytest.raises(nv.NVMLLibraryMismatchError, match="_v2"):
+        nv.nvmlDeviceGetComputeRunningProcesses(h)
+    assert [p.pid for p in nv.nvmlDeviceGetComputeRunningProcesses_v2(h)] == [55]
+    real = sys.modules.get("pynvml") or pytest.importorskip("pynvml")
+    if real is not nv and hasattr(real, "NVMLLibraryMismatchError"):
+        assert not issubclass(real.NVMLLibraryMismatchError, real.NVMLError)
+        assert hasattr(real, "nvmlDeviceGetComputeRunningProcesses_v2")
+
+
+def test_library_profile_bound_is_not_the_binding_constant(
+    tmp_path: Path, bound: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An older binding's smaller constant does not shrink what the library answers.
+    start(tmp_path, "dgx-h100")
+    monkeypatch.setattr(nv, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0x8)
+    h = nv.nvmlDeviceGetHandleByIndex(0)
+    info = nv.nvmlDeviceGetGpuInstanceProfileInfo(h, nv.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, 1)
+    assert info.id == 15
+    with pytest.raises(nv.NVMLError_InvalidArgument):
+        nv.nvmlDeviceGetGpuInstanceProfileInfo(h, 0x12, 1)
+
+
 def test_uninitialised_and_absent(tmp_path: Path, bound: None) -> None:
     nv.bind(make_state(tmp_path, "l40s-4"))
     with pytest.raises(nv.NVMLError_Uninitialized):

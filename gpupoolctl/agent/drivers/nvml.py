@@ -37,6 +37,14 @@ _CORES_PER_SM = {
 # nvmlDeviceGetTopologyCommonAncestor level -> nvidia-smi topo -m word.
 _TOPO_WORDS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
+# The node's pynvml may be older than its driver (nvidia-ml-py 11.515 has 8 GPU instance
+# profiles and 12 NVLinks; 13.615 has 0x12, 0x9 and 36), so enumerations run at least this far
+# and stop where the library answers INVALID_ARGUMENT (nvml.h: enumerate profiles "until the
+# API returns NVML_ERROR_INVALID_ARGUMENT").
+_KNOWN_GI_PROFILES = 0x12
+_KNOWN_CI_PROFILES = 0x9
+_KNOWN_NVLINKS = 36
+
 
 def open_driver() -> NvmlDriver:
     """Initialise NVML. DriverUnavailable("") when the stack is simply absent (no pynvml, no
@@ -85,6 +93,11 @@ class NvmlDriver:
 
     def __init__(self, nvml: Any, count: int) -> None:
         self._nvml = nvml
+        # nvidia-ml-py 13 raises this (not an NVMLError) from its unversioned process listers
+        # when libnvidia-ml lacks their _v3 symbol; older bindings have no such class.
+        self._mismatch: tuple[type[Exception], ...] = tuple(
+            c for c in [getattr(nvml, "NVMLLibraryMismatchError", None)] if isinstance(c, type)
+        )
         self.warnings: list[str] = []  # per-field failures other than "not supported"
         self._handles: list[tuple[int, Any]] = []
         for index in range(count):
@@ -102,19 +115,45 @@ class NvmlDriver:
     def _get(self, what: str, fn: Any, *args: Any) -> Any:
         """Call one NVML function; None when it fails. Unsupported or absent values are normal;
         other failures are kept as warnings."""
-        nvml = self._nvml
         try:
             return fn(*args)
-        except nvml.NVMLError as exc:
-            quiet = (
-                nvml.NVML_ERROR_NOT_SUPPORTED,
-                nvml.NVML_ERROR_NOT_FOUND,
-                nvml.NVML_ERROR_INVALID_ARGUMENT,
-                nvml.NVML_ERROR_NO_PERMISSION,
-            )
-            if exc.value not in quiet:
-                self.warnings.append(f"{what}: {getattr(fn, '__name__', fn)}: {exc}")
+        except self._nvml.NVMLError as exc:
+            self._failed(what, fn, exc)
             return None
+        except self._mismatch as exc:
+            self.warnings.append(f"{what}: {getattr(fn, '__name__', fn)}: {exc}")
+            return None
+
+    def _failed(self, what: str, fn: Any, exc: Any) -> None:
+        nvml = self._nvml
+        quiet = (
+            nvml.NVML_ERROR_NOT_SUPPORTED,
+            nvml.NVML_ERROR_NOT_FOUND,
+            nvml.NVML_ERROR_INVALID_ARGUMENT,
+            nvml.NVML_ERROR_NO_PERMISSION,
+        )
+        if exc.value not in quiet:
+            self.warnings.append(f"{what}: {getattr(fn, '__name__', fn)}: {exc}")
+
+    def _profile_infos(
+        self, what: str, fn: Any, binding: int, floor: int, owner: Any, *rest: Any
+    ) -> list[Any]:
+        """fn(owner, index, *rest) for each profile index the card offers: every index the
+        binding knows (an error skips that one), then on up to `floor` until the library
+        answers INVALID_ARGUMENT."""
+        nvml = self._nvml
+        infos = []
+        for index in range(max(int(binding), floor)):
+            try:
+                info = fn(owner, index, *rest)
+            except nvml.NVMLError as exc:
+                if index >= binding and exc.value == nvml.NVML_ERROR_INVALID_ARGUMENT:
+                    break  # past the library's last profile
+                self._failed(what, fn, exc)
+                continue
+            if info.instanceCount:
+                infos.append(info)
+        return infos
 
     # --- Driver protocol ------------------------------------------------------------------
 
@@ -248,10 +287,14 @@ class NvmlDriver:
         if key in self._profile_cache:
             return [dict(p, placements=list(p["placements"])) for p in self._profile_cache[key]]
         out = []
-        for index in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            info = self._get(where, nvml.nvmlDeviceGetGpuInstanceProfileInfo, h, index, version)
-            if info is None or not info.instanceCount:
-                continue
+        for info in self._profile_infos(
+            where,
+            nvml.nvmlDeviceGetGpuInstanceProfileInfo,
+            nvml.NVML_GPU_INSTANCE_PROFILE_COUNT,
+            _KNOWN_GI_PROFILES,
+            h,
+            version,
+        ):
             starts, size = self._placements(where, h, int(info.id))
             raw_name = getattr(info, "name", None)
             out.append(
@@ -293,10 +336,13 @@ class NvmlDriver:
         uuids = self._mig_uuids(where, h)
         out: list[dict[str, Any]] = []
         ci_profiles: dict[int, list[Any]] = {}  # GI profile id -> its CI profile infos
-        for index in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            info = self._get(where, nvml.nvmlDeviceGetGpuInstanceProfileInfo, h, index)
-            if info is None or not info.instanceCount:
-                continue
+        for info in self._profile_infos(
+            where,
+            nvml.nvmlDeviceGetGpuInstanceProfileInfo,
+            nvml.NVML_GPU_INSTANCE_PROFILE_COUNT,
+            _KNOWN_GI_PROFILES,
+            h,
+        ):
             array = (nvml.c_nvmlGpuInstance_t * info.instanceCount)()
             count = ctypes.c_uint(0)
             done = self._get(
@@ -330,15 +376,14 @@ class NvmlDriver:
 
     def _ci_profiles(self, where: str, gi: Any) -> list[Any]:
         nvml = self._nvml
-        shared = nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
-        infos = []
-        for index in range(nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-            info = self._get(
-                where, nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi, index, shared
-            )
-            if info is not None and info.instanceCount:
-                infos.append(info)
-        return infos
+        return self._profile_infos(
+            where,
+            nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo,
+            nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT,
+            _KNOWN_CI_PROFILES,
+            gi,
+            nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+        )
 
     def _compute_instances(
         self,
@@ -417,8 +462,7 @@ class NvmlDriver:
             # asking each MIG device as well is cheap and always attributes them.
             sources.extend(self._mig_handles(where, h))
         for handle, gi_hint, ci_hint in sources:
-            procs = self._get(where, nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []
-            for proc in procs:
+            for proc in self._running(where, handle):
                 gi = _instance_id(getattr(proc, "gpuInstanceId", _NO_ID), gi_hint)
                 ci = _instance_id(getattr(proc, "computeInstanceId", _NO_ID), ci_hint)
                 used = getattr(proc, "usedGpuMemory", None)
@@ -438,6 +482,23 @@ class NvmlDriver:
             proc["name"] = _text(name) if name else None
         return sorted(found.values(), key=lambda p: (p["pid"], p["gpu_instance_id"] or 0))
 
+    def _running(self, where: str, handle: Any) -> list[Any]:
+        """Compute processes on one handle. Where libnvidia-ml lacks the _v3 symbol,
+        nvidia-ml-py 13 raises NVMLLibraryMismatchError and names _v2 as the way out."""
+        nvml = self._nvml
+        lister = nvml.nvmlDeviceGetComputeRunningProcesses
+        try:
+            return list(lister(handle) or [])
+        except nvml.NVMLError as exc:
+            self._failed(where, lister, exc)
+            return []
+        except self._mismatch:
+            older = getattr(nvml, "nvmlDeviceGetComputeRunningProcesses_v2", None)
+            if older is None:
+                self.warnings.append(f"{where}: {lister.__name__}: no version of it works here")
+                return []
+            return list(self._get(where, older, handle) or [])
+
     # --- links ----------------------------------------------------------------------------
 
     def _nvlink_counts(self) -> list[list[int]]:
@@ -449,7 +510,7 @@ class NvmlDriver:
         direct = [[0] * size for _ in range(size)]
         switched = [0] * size
         for i, (_, h) in enumerate(self._handles):
-            for link in range(nvml.NVML_NVLINK_MAX_LINKS):
+            for link in range(max(nvml.NVML_NVLINK_MAX_LINKS, _KNOWN_NVLINKS)):
                 try:
                     state = nvml.nvmlDeviceGetNvLinkState(h, link)
                 except nvml.NVMLError:
