@@ -2,7 +2,8 @@
 
 `import amdsmi` is absolute, so inside this package it finds the top-level `amdsmi` (the real
 one, or the simulated one that gpupoolctl.sim.activate installs in sys.modules), never this
-module. Only the public amdsmi 7.x API is used, so the driver runs unchanged on both.
+module. Only the public amdsmi 7.x API is used, so the driver runs unchanged on both; where
+an older release answers in another shape (6.0's process handles), that shape is read too.
 
 One entry per logical GPU (processor handle): a card in CPX mode shows as eight. Every field
 is read on its own; a failing read becomes None and never takes the node's facts down.
@@ -255,6 +256,9 @@ class AmdSmiDriver:
         listed = self._call("amdsmi_get_gpu_process_list", handle) or []
         processes = []
         for entry in listed:
+            if not isinstance(entry, dict):
+                # amdsmi 6.0 lists process handles and gives each one's details on request.
+                entry = self._call("amdsmi_get_gpu_process_info", handle, entry)
             if not isinstance(entry, dict) or _number(entry.get("pid")) is None:
                 continue
             usage = entry.get("memory_usage") or {}
