@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpupoolctl.jobs import hooks
+from gpupoolctl.jobs import hooks, rendezvous
 from gpupoolctl.jobs.errors import JobError, NeverFits
 from gpupoolctl.jobs.nodes import Call, Nodes
 from gpupoolctl.jobs.spec import JobSpec
@@ -289,6 +289,9 @@ class Jobs:
 
     def launch(self, job: dict[str, Any]) -> dict[str, Any]:
         """Start a pending job on its node(s) and record running, or failed (released)."""
+        nodes_of_job = job["nodes"]
+        first = self.nodes.targets.get(nodes_of_job[0]["host"])
+        address = first.peer_address() if first is not None else str(nodes_of_job[0]["host"])
         calls = [
             Call(
                 node["host"],
@@ -296,12 +299,15 @@ class Jobs:
                 {
                     "job_id": node["node_id"],
                     "argv": job["argv"],
-                    "env": job.get("env") or {},
+                    "env": {
+                        **rendezvous.node_env(job["id"], nodes_of_job, index, address),
+                        **(job.get("env") or {}),
+                    },
                     "workdir": job.get("workdir"),
                     "devices": node["devices"],
                 },
             )
-            for node in job["nodes"]
+            for index, node in enumerate(nodes_of_job)
         ]
         results = self.nodes.call(calls)
         hooks.crash_point("launched")

@@ -40,6 +40,17 @@ class Target:
     # Set when the host's variables are unusable: that host fails with this reason and the
     # others carry on (one bad host never stops a run).
     invalid: str | None = None
+    # Where a multi-node job's other nodes reach this one (gpupool_rendezvous_addr): the
+    # cluster fabric often is not the network the workstation comes in on.
+    rendezvous_addr: str | None = None
+
+    def peer_address(self) -> str:
+        """The address other nodes should use for this host."""
+        if self.rendezvous_addr:
+            return self.rendezvous_addr
+        if self.transport == "local":
+            return "127.0.0.1"
+        return self.address or self.name
 
 
 def _first(variables: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -94,4 +105,9 @@ def _target(name: str, variables: dict[str, Any]) -> Target:
         python=str(_first(variables, _ALIASES["python"]) or "python3"),
         transport=transport,
         sim=sim,
+        rendezvous_addr=_text(variables.get("gpupool_rendezvous_addr")),
     )
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value not in (None, "") else None

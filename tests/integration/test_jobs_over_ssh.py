@@ -76,3 +76,67 @@ def test_jobs_over_ssh(sshd_fleet: SshdFleet, tmp_path: Path) -> None:
         if pid_file.exists():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(json.loads(pid_file.read_text())["pgid"], signal.SIGKILL)
+
+
+# Rank 0 listens on the rendezvous address and port; rank 1 connects to it and says hello.
+# A real TCP meeting between the job's processes on two hosts (127.0.0.2 and .3).
+RENDEZVOUS = r"""
+import os, socket, time
+rank, addr = os.environ["PET_NODE_RANK"], os.environ["PET_MASTER_ADDR"]
+port = int(os.environ["PET_MASTER_PORT"])
+if rank == "0":
+    with socket.create_server((addr, port)) as server:
+        server.settimeout(30)
+        conn, _ = server.accept()
+        print("rank 0 heard:", conn.recv(100).decode(), flush=True)
+else:
+    for _ in range(300):
+        try:
+            with socket.create_connection((addr, port), timeout=1) as conn:
+                conn.sendall(b"hello from rank " + rank.encode())
+                break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        raise SystemExit("no rendezvous")
+    print("rank", rank, "met", addr, flush=True)
+"""
+
+
+def test_a_two_node_job_meets_at_its_rendezvous_over_ssh(
+    sshd_fleet: SshdFleet, tmp_path: Path
+) -> None:
+    first, second = sshd_fleet.hosts[:2]
+    state_dir = tmp_path / "sim-state"
+    inventory = tmp_path / "fleet.yaml"
+    hosts = {
+        name: sshd_fleet.host_vars(host, sim="l40s-4", sim_state_dir=str(state_dir))
+        for name, host in (("far-a", first), ("far-b", second))
+    }
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    shutil.copy(sshd_fleet.known_hosts, home / ".ssh" / "known_hosts")
+
+    waited = _cli(
+        home,
+        inventory,
+        "submit",
+        "--gpus",
+        "6",
+        "--profile",
+        "gpu",
+        "--wait",
+        "--",
+        PY,
+        "-c",
+        RENDEZVOUS,
+    )
+    assert waited.returncode == 0, waited.stderr
+    (job,) = json.loads(_cli(home, inventory, "jobs", "--all", "-o", "json").stdout)
+    assert job["state"] == "done" and job["host"] == "far-a,far-b"
+    heard = _cli(home, inventory, "logs", job["id"], "--host", "far-a").stdout
+    met = _cli(home, inventory, "logs", job["id"], "--host", "far-b").stdout
+    assert heard == "rank 0 heard: hello from rank 1\n"
+    # Node 0 is reached at its inventory address, not the name the workstation uses.
+    assert met == f"rank 1 met {hosts['far-a']['ansible_host']}\n"

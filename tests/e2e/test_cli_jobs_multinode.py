@@ -1,0 +1,50 @@
+"""A job across two nodes of the bundled pool: each node's process knows its rank and where
+the others meet (what torchrun reads), through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+PY = sys.executable
+SHOW_ENV = (
+    "import json, os; print(json.dumps({k: v for k, v in os.environ.items() "
+    "if k.startswith(('GPUPOOL_', 'PET_', 'MASTER_'))}))"
+)
+
+
+def test_two_node_job_gets_ranks_and_one_rendezvous(cli) -> None:
+    run = cli(
+        "-q",
+        "submit",
+        "--gpus",
+        "10",
+        "--profile",
+        "gpu",
+        "--model",
+        "H100",
+        "--wait",
+        "-e",
+        "MASTER_PORT=31337",
+        "--",
+        PY,
+        "-c",
+        SHOW_ENV,
+    )
+    assert run.code == 0, run.stderr
+    (job,) = cli("-q", "jobs", "--all", "-o", "json").json()
+    hosts = job["host"].split(",")
+    assert hosts == ["sg-dgx01", "sg-dgx02"]
+    seen = {}
+    for host in hosts:
+        logs = cli("-q", "logs", job["id"], "--host", host)
+        assert logs.code == 0, logs.stderr
+        seen[host] = json.loads(logs.stdout)
+    zero, one = seen["sg-dgx01"], seen["sg-dgx02"]
+    assert (zero["PET_NODE_RANK"], one["PET_NODE_RANK"]) == ("0", "1")
+    assert zero["PET_NNODES"] == one["PET_NNODES"] == "2"
+    assert (zero["PET_NPROC_PER_NODE"], one["PET_NPROC_PER_NODE"]) == ("8", "2")
+    # Local transport: the nodes are this machine, so they meet on loopback.
+    assert zero["PET_MASTER_ADDR"] == one["PET_MASTER_ADDR"] == "127.0.0.1"
+    assert zero["PET_MASTER_PORT"] == one["PET_MASTER_PORT"]
+    assert zero["MASTER_PORT"] == one["MASTER_PORT"] == "31337"  # the job's --env wins
