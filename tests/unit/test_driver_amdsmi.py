@@ -253,3 +253,11 @@ def test_package_without_rocm_is_absent_and_keeps_stdout_clean(
     assert out == ""
     assert "libamd_smi" in err and "C-level noise" in err
     sys.modules.pop("amdsmi", None)
+
+
+@pytest.mark.parametrize("template", ["mi300x-8", "mi300x-8-sriov"])
+def test_facts_change_nothing(install, tmp_path, template) -> None:
+    state = install(make_state(tmp_path, template))
+    before = state.path.read_bytes()
+    open_and_read()
+    assert state.path.read_bytes() == before

@@ -264,6 +264,15 @@ def test_older_binding_still_counts_every_nvlink(
     assert driver.warnings == []
 
 
+@pytest.mark.parametrize("template", sorted(nvidia_templates.TEMPLATES))
+def test_facts_change_nothing(tmp_path: Path, use_fake: None, template: str) -> None:
+    state = make_state(tmp_path, template)
+    before = state.path.read_bytes()
+    collect(state)
+    changing = [n for n in fake.CALLS if any(w in n for w in ("Set", "Create", "Destroy"))]
+    assert changing == [] and state.path.read_bytes() == before
+
+
 def _have_amd_side() -> bool:
     return (ROOT / "gpupoolctl/sim/amdsmi.py").exists() and (
         ROOT / "gpupoolctl/agent/drivers/amdsmi.py"
