@@ -458,20 +458,47 @@ def logs(
     host: Annotated[
         str | None, typer.Option("--host", help="For a multi-node job: this node's output.")
     ] = None,
+    backend: BackendOption = "pool",
 ) -> None:
-    """A job's output, read from its folder on its node."""
+    """A job's output, read from its folder on its node.
+
+    With --backend slurm: the file Slurm writes it to (scontrol's StdOut, by default
+    slurm-<id>.out where it was submitted), read on this machine: a shared or local folder.
+    Without sbatch --error, stderr is in the same file."""
     from gpupoolctl.jobs.control import FOLLOW_INTERVAL_S
-    from gpupoolctl.jobs.control import logs as read_logs
 
     settings: Settings = ctx.obj
-    jobs = _open(settings)
     stream = "stderr" if stderr else "stdout"
+    jobs = None
+    if _backend(backend) == "slurm":
+        from gpupoolctl.slurm import jobs as slurm_jobs
+        from gpupoolctl.slurm.client import SlurmClient
+
+        if host is not None:
+            raise UsageError("--host with --backend slurm: a batch job has one output file")
+        client = SlurmClient()
+
+        def read(offset: int) -> dict[str, Any]:
+            return slurm_jobs.output(client, job_id, stream=stream, offset=offset)
+
+        # Slurm asks clients not to poll slurmctld in tight loops: start slower.
+        intervals = slurm_jobs.WAIT_INTERVAL_S
+    else:
+        from gpupoolctl.jobs.control import logs as read_logs
+
+        jobs = _open(settings)
+
+        def read(offset: int) -> dict[str, Any]:
+            chunk = read_logs(jobs, job_id, stream=stream, offset=offset, host=host)
+            return {**chunk, "active": chunk["state"] == "running"}
+
+        intervals = FOLLOW_INTERVAL_S
     offset = 0
-    delay = FOLLOW_INTERVAL_S[0]
+    delay = intervals[0]
     collected: list[str] = []
     as_text = settings.resolved_output() is OutputFormat.table
     while True:
-        chunk = read_logs(jobs, job_id, stream=stream, offset=offset, host=host)
+        chunk = read(offset)
         offset = chunk["next_offset"]
         if as_text:
             sys.stdout.write(chunk["text"])
@@ -482,16 +509,17 @@ def logs(
         if not follow and at_end:
             break  # read it all: no second round trip to learn there is no more
         if chunk["text"]:
-            delay = FOLLOW_INTERVAL_S[0]
+            delay = intervals[0]
             continue
-        if not follow or chunk["state"] != "running":
+        if not follow or not chunk["active"]:
             break
         time.sleep(delay)
-        delay = min(delay * 1.5, FOLLOW_INTERVAL_S[1])
+        delay = min(delay * 1.5, intervals[1])
     if not as_text:
         data = {"job": job_id, "stream": stream, "text": "".join(collected), "size": offset}
         emit(settings, data=data, rows=[data], columns=[Column(k, k) for k in data])
-    _finish(settings, jobs)
+    if jobs is not None:
+        _finish(settings, jobs)
 
 
 def cancel(

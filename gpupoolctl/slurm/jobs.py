@@ -8,6 +8,7 @@ loops). A failed poll is retried on the same backoff; MAX_POLL_FAILURES in a row
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Collection
@@ -86,6 +87,66 @@ def status(client: SlurmClient, job_id: str) -> SlurmJob:
             "MinJobAge and accounting is off)"
         )
     return found
+
+
+def output(
+    client: SlurmClient,
+    job_id: str,
+    *,
+    stream: str = "stdout",
+    offset: int = 0,
+    max_bytes: int = 65536,
+) -> dict[str, Any]:
+    """One chunk of a job's output file, read on this machine (Slurm writes it on the node
+    that runs the batch script: readable here when that folder is shared, or local):
+    {text, next_offset, size, active, path}."""
+    job_id = check_job_id(job_id)
+    job = client.show_job(job_id)
+    if job is None:
+        raise SlurmUnknownJob(
+            f"Slurm no longer knows job {job_id} (ended longer ago than MinJobAge), so not "
+            f"where its output went either: by default slurm-{job_id}.out in the folder it "
+            "was submitted from"
+        )
+    path = job.stdout_path if stream == "stdout" else job.stderr_path
+    if path is None:
+        raise SlurmError(f"Slurm does not say where job {job_id}'s {stream} goes")
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(offset)
+            data = handle.read(max_bytes)
+    except FileNotFoundError:
+        if job.state == "PENDING":  # not started: no file yet
+            return {"text": "", "next_offset": 0, "size": 0, "active": True, "path": path}
+        where = f" (it ran on {job.nodes})" if job.nodes else ""
+        raise SlurmError(
+            f"{path}: not on this machine{where}; Slurm writes a job's output on its node, "
+            "so read it there or submit from a shared folder"
+        ) from None
+    except OSError as exc:
+        raise SlurmError(f"{path}: cannot read: {exc.strerror}") from None
+    if offset + len(data) < size:
+        data = data[: _whole_characters(data)]  # more follows: never split a character
+    return {
+        "text": data.decode("utf-8", errors="replace"),
+        "next_offset": offset + len(data),
+        "size": size,
+        "active": not job.finished,
+        "path": path,
+    }
+
+
+def _whole_characters(data: bytes) -> int:
+    """Length of `data` without a UTF-8 sequence cut off at its end."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:  # ASCII: everything before it is whole
+            return len(data)
+        if byte >= 0xC0:  # a lead byte: whole if its sequence fits
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(data) if back >= need else len(data) - back
+    return len(data)
 
 
 def _poll(

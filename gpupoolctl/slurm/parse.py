@@ -58,6 +58,8 @@ class SlurmJob:
     exit_code: int | None = None  # the job's own exit code (None: not known or not ended)
     signal: int | None = None  # the signal that ended it, if one did
     reason: str | None = None  # why pending, or why it failed
+    stdout_path: str | None = None  # where its output goes (scontrol's StdOut), on its node
+    stderr_path: str | None = None  # the same file unless sbatch was given --error
 
     @property
     def finished(self) -> bool:
@@ -272,7 +274,13 @@ def job_from_show(record: Mapping[str, str]) -> SlurmJob:
         exit_code=exit_code,
         signal=signal,
         reason=record.get("Reason") or None,
+        stdout_path=_path(record.get("StdOut")),
+        stderr_path=_path(record.get("StdErr")),
     )
+
+
+def _path(value: str | None) -> str | None:
+    return value if value and value not in _UNSET else None
 
 
 def parse_show_jobs(text: str) -> list[SlurmJob]:

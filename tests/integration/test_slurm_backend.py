@@ -117,6 +117,23 @@ def test_jobs_lists_it_with_gres_and_exit_code(cluster: SlurmCluster, tmp_path: 
     )
 
 
+def test_logs_reads_and_follows_the_jobs_output_file(cluster: SlurmCluster, tmp_path: Path) -> None:
+    script = "import time\nfor i in range(3):\n    print('step', i, flush=True)\n    time.sleep(1)"
+    done = cli(cluster, tmp_path, "submit", "--backend", "slurm", "--",
+               sys.executable, "-c", script)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    job_id = done.stdout.strip()
+    # -f from the start (pending or running): everything, then it returns when the job ends.
+    followed = cli(cluster, tmp_path, "logs", "--backend", "slurm", "-f", job_id)
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout == "step 0\nstep 1\nstep 2\n"
+    assert cluster.job(job_id)["JobState"] == "COMPLETED"
+    shown = cli(cluster, tmp_path, "-o", "json", "logs", "--backend", "slurm", job_id)
+    assert json.loads(shown.stdout)["text"] == "step 0\nstep 1\nstep 2\n"
+    refused = cli(cluster, tmp_path, "logs", "--backend", "slurm", "--host", NODE, job_id)
+    assert refused.returncode == 2 and "one output file" in refused.stderr
+
+
 def test_cancel_stops_a_long_sleep(cluster: SlurmCluster, tmp_path: Path) -> None:
     done = cli(cluster, tmp_path, "submit", "--backend", "slurm", "--", "sleep", "300")
     assert done.returncode == 0, done.stderr
