@@ -13,7 +13,7 @@
 Nothing here prints: results and warnings are returned, problems raised as typed errors.
 """
 
-from gpupoolctl.ledger.errors import LedgerDamaged, LedgerError, NothingFits
+from gpupoolctl.ledger.errors import LedgerBusy, LedgerDamaged, LedgerError, NothingFits
 from gpupoolctl.ledger.fit import Request
 from gpupoolctl.ledger.history import History
 from gpupoolctl.ledger.ledger import (
@@ -39,6 +39,7 @@ __all__ = [
     "Done",
     "History",
     "Ledger",
+    "LedgerBusy",
     "LedgerDamaged",
     "LedgerError",
     "LedgerPaths",
