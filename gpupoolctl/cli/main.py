@@ -9,19 +9,88 @@ from typing import Annotated
 import typer
 
 from gpupoolctl import __version__
-from gpupoolctl.cli import (
-    export_cmd,
-    inventory_cmd,
-    jobs_cmd,
-    ledger_cmd,
-    partition_cmd,
-    sim_cmd,
-    stress_cmd,
-)
 from gpupoolctl.cli.argv import hoist_global_options
 from gpupoolctl.cli.console import error
+from gpupoolctl.cli.lazy import LazyCommand, LazyGroup
 from gpupoolctl.cli.settings import OutputFormat, Settings
 from gpupoolctl.errors import GpupoolError
+
+# Every command, in the order `--help` lists them, with the module that defines it: only the
+# module of the command being run is imported (tests check the summaries match the modules').
+COMMANDS = (
+    LazyCommand(
+        "pool",
+        "gpupoolctl.cli.ledger_cmd",
+        "Slices of the pool, free or held and by whom, per node.",
+    ),
+    LazyCommand(
+        "alloc",
+        "gpupoolctl.cli.ledger_cmd",
+        "Hold free slice(s) by hand and print the allocation id.",
+    ),
+    LazyCommand("release", "gpupoolctl.cli.ledger_cmd", "Give back the slices of an allocation."),
+    LazyCommand(
+        "submit",
+        "gpupoolctl.cli.jobs_cmd",
+        "Run a command on the best slice(s) for it; queue it when nothing fits now.",
+    ),
+    LazyCommand(
+        "jobs", "gpupoolctl.cli.jobs_cmd", "Jobs: id, name, state, node, slice, age, exit code."
+    ),
+    LazyCommand(
+        "logs", "gpupoolctl.cli.jobs_cmd", "A job's output, read from its folder on its node."
+    ),
+    LazyCommand(
+        "cancel",
+        "gpupoolctl.cli.jobs_cmd",
+        "Stop a job (SIGTERM to its process group, grace period, SIGKILL), release its slices "
+        "and record it cancelled; a queued job just leaves the queue, and one being launched is "
+        "stopped on its node before it can start (or right after, if it had).",
+    ),
+    LazyCommand(
+        "schedule",
+        "gpupoolctl.cli.jobs_cmd",
+        "One pass over the queue: settle, reap, then start what fits (preempting when a higher "
+        "priority may).",
+    ),
+    LazyCommand(
+        "inventory",
+        "gpupoolctl.cli.inventory_cmd",
+        "Hardware inventory of the selected nodes: GPUs, memory, partitions, processes, links.",
+    ),
+    LazyCommand(
+        "partition",
+        "gpupoolctl.cli.partition_cmd",
+        "Partition GPUs: MIG, AMD compute/memory partitions, SR-IOV (mig-parted v1 files).",
+    ),
+    LazyCommand(
+        "ledger",
+        "gpupoolctl.cli.ledger_cmd",
+        "The allocation ledger: history, checks, compaction, repair.",
+    ),
+    LazyCommand(
+        "sim", "gpupoolctl.cli.sim_cmd", "Simulated hardware: reset nodes, list templates."
+    ),
+    LazyCommand(
+        "stress",
+        "gpupoolctl.cli.stress_cmd",
+        "Stress tests: ramp load through the real submit path, find the knee, compare against "
+        "a baseline.",
+    ),
+    LazyCommand(
+        "export",
+        "gpupoolctl.cli.export_cmd",
+        "Export the pool for other tools: Kubernetes (GPU operator), mig-parted, Prometheus "
+        "(node_exporter textfile), Ansible (dynamic inventory).",
+    ),
+)
+
+
+class RootGroup(LazyGroup):
+    """The root group: the commands of COMMANDS, each module imported on first use."""
+
+    table = COMMANDS
+
 
 app = typer.Typer(
     name="gpupoolctl",
@@ -31,18 +100,12 @@ app = typer.Typer(
         "Exit codes: 0 ok, 1 error, 2 usage, 3 some hosts failed or were unreachable, "
         "4 a check did not hold, 5 nothing fits."
     ),
+    cls=RootGroup,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.add_typer(inventory_cmd.app, name="inventory")
-app.add_typer(partition_cmd.app, name="partition")
-ledger_cmd.register(app)
-jobs_cmd.register(app)
-app.add_typer(sim_cmd.app, name="sim")
-app.add_typer(stress_cmd.app, name="stress")
-app.add_typer(export_cmd.app, name="export")
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,89 @@
+"""Cheap commands stay cheap: what a fresh `gpupoolctl` process imports for them.
+
+Speed itself is measured in bench/startup, not here: these tests check the imports that
+make start-up slow (a command module, the stress stack, SSH) are not loaded where not needed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Runs the console script's entry point, then reports every module the run imported.
+WRAPPER = """
+import json, sys
+from gpupoolctl.cli.main import run
+sys.argv[0] = "gpupoolctl"
+try:
+    run()
+    code = 0
+except SystemExit as exc:
+    code = exc.code if isinstance(exc.code, int) else 1
+sys.stderr.write("\\nMODULES " + json.dumps(sorted(sys.modules)) + "\\n")
+sys.exit(code)
+"""
+HEAVY = ("numpy", "scipy", "matplotlib", "paramiko", "fabric", "gpupoolctl.stress")
+COMMAND_MODULES = (
+    "export_cmd",
+    "inventory_cmd",
+    "jobs_cmd",
+    "ledger_cmd",
+    "partition_cmd",
+    "sim_cmd",
+    "stress_cmd",
+)
+
+
+def _imported(tmp_path: Path, *args: str) -> tuple[str, set[str]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "XDG_"))}
+    env.update({"HOME": str(tmp_path), "GPUPOOL_SIM_DIR": str(tmp_path / "sim")})
+    proc = subprocess.run(
+        [sys.executable, "-c", WRAPPER, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = proc.stderr.rpartition("\nMODULES ")[2]
+    return proc.stdout, set(json.loads(report))
+
+
+def _loaded(modules: set[str], name: str) -> bool:
+    return any(m == name or m.startswith(name + ".") for m in modules)
+
+
+@pytest.mark.parametrize(
+    ("args", "command_modules"),
+    [
+        (("--version",), set()),
+        (("--help",), set()),
+        (("pool", "--help"), {"ledger_cmd"}),
+        (("jobs", "--help"), {"jobs_cmd"}),
+        (("-o", "json", "sim", "--help"), {"sim_cmd"}),
+    ],
+    ids=["version", "help", "pool-help", "jobs-help", "sim-help"],
+)
+def test_cheap_commands_import_only_what_they_need(tmp_path, args, command_modules):
+    out, modules = _imported(tmp_path, *args)
+    assert out.startswith(("gpupoolctl ", "Usage: gpupoolctl"))
+    assert [name for name in HEAVY if _loaded(modules, name)] == []
+    loaded = {name for name in COMMAND_MODULES if f"gpupoolctl.cli.{name}" in modules}
+    assert loaded == command_modules
+
+
+def test_the_report_shows_what_a_command_does_import(tmp_path):
+    # The check above could pass by looking in the wrong place: a command that does load the
+    # stress stack (a tiny ramp on the harness alone) must show it in the same report.
+    args = ("stress", "ramp", "--backend", "noop", "--levels", "1", "--hold", "0.2s")
+    out, modules = _imported(tmp_path, "-o", "json", *args, "--warmup", "0s", "--drain", "0s")
+    assert json.loads(out)["scenario"]["levels"] == [1]
+    assert _loaded(modules, "gpupoolctl.stress")
+    assert "gpupoolctl.cli.stress_cmd" in modules and "gpupoolctl.cli.jobs_cmd" not in modules
