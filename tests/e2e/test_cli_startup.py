@@ -87,3 +87,14 @@ def test_the_report_shows_what_a_command_does_import(tmp_path):
     assert json.loads(out)["scenario"]["levels"] == [1]
     assert _loaded(modules, "gpupoolctl.stress")
     assert "gpupoolctl.cli.stress_cmd" in modules and "gpupoolctl.cli.jobs_cmd" not in modules
+
+
+def test_reading_the_ledger_does_not_load_the_scheduler(tmp_path):
+    ledger = tmp_path / "ledger.jsonl"
+    _imported(tmp_path, "-q", "--ledger", str(ledger), "pool")  # records the bundled slices
+    out, modules = _imported(
+        tmp_path, "-q", "--ledger", str(ledger), "ledger", "show", "-o", "json"
+    )
+    assert [r["op"] for r in json.loads(out)] == ["slices"]
+    assert not _loaded(modules, "gpupoolctl.sched")
+    assert [name for name in HEAVY if _loaded(modules, name)] == []
