@@ -23,6 +23,11 @@ Sim-only extras (not in the real amdsmi; names start with gpupool_ or sim_):
   `read_text(path)` / `write_text(path, text)`: real files on a node, this object in the sim.
 - `sim_add_process`, `sim_clear_processes`, `sim_inject_fault`, `sim_clear_faults`.
 
+An older amdsmi: with state["amd"]["process_handles"] true the process calls take amdsmi
+6.0.x's shape (PyPI amdsmi 6.0.2 amdsmi_interface.py): amdsmi_get_gpu_process_list returns
+process handles (ctypes.c_uint32, here the pid) and amdsmi_get_gpu_process_info(processor_handle,
+process) exists to describe one; otherwise that function is absent, as in 6.1+.
+
 Fault injection: state["amd"]["faults"] is a list of
     {"fn": "amdsmi_set_gpu_compute_partition",  # API function name, or "sysfs:sriov_numvfs"
      "gpu": 3 | null,                            # physical GPU index; null = any GPU
@@ -34,6 +39,7 @@ Each firing is recorded in the state (times counts down; the fault is dropped at
 
 from __future__ import annotations
 
+import ctypes
 import errno as _errno
 import re
 from enum import IntEnum
@@ -662,8 +668,7 @@ def amdsmi_get_gpu_activity(processor_handle: ProcessorHandle) -> dict[str, Any]
     }
 
 
-def amdsmi_get_gpu_process_list(processor_handle: ProcessorHandle) -> list[dict[str, Any]]:
-    gpu, partition = _enter("amdsmi_get_gpu_process_list", processor_handle)
+def _process_dicts(gpu: dict[str, Any], partition: int) -> list[dict[str, Any]]:
     result = []
     for process in _processes(gpu, partition):
         vram = int(process.get("vram_mb", 0)) * _MIB
@@ -678,6 +683,39 @@ def amdsmi_get_gpu_process_list(processor_handle: ProcessorHandle) -> list[dict[
             }
         )
     return result
+
+
+def _plays_6_0() -> bool:
+    return bool((_section() or {}).get("process_handles"))
+
+
+def amdsmi_get_gpu_process_list(processor_handle: ProcessorHandle) -> list[Any]:
+    gpu, partition = _enter("amdsmi_get_gpu_process_list", processor_handle)
+    listed = _process_dicts(gpu, partition)
+    if _plays_6_0():
+        return [ctypes.c_uint32(entry["pid"]) for entry in listed]
+    return listed
+
+
+def _amdsmi_get_gpu_process_info(
+    processor_handle: ProcessorHandle, process: ctypes.c_uint32
+) -> dict[str, Any]:
+    """amdsmi 6.0.x only: one listed process's details (no cu_occupancy in 6.0)."""
+    gpu, partition = _enter("amdsmi_get_gpu_process_info", processor_handle)
+    if not isinstance(process, ctypes.c_uint32):
+        raise AmdSmiParameterException(process, ctypes.c_uint32)
+    for entry in _process_dicts(gpu, partition):
+        if entry["pid"] == process.value:
+            return {k: v for k, v in entry.items() if k != "cu_occupancy"}
+    raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_FOUND)
+
+
+def __getattr__(name: str) -> Any:
+    # amdsmi_get_gpu_process_info exists only while the bound state plays amdsmi 6.0, so
+    # `getattr(amdsmi, ..., None)` answers as the real 6.0 and 6.1+ modules do.
+    if name == "amdsmi_get_gpu_process_info" and _plays_6_0():
+        return _amdsmi_get_gpu_process_info
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- topology ----------------------------------------------------------------------------------

@@ -329,3 +329,31 @@ def test_assert_of_a_label_that_selects_nothing_does_not_hold(gp):
     run = gp("-l", H100, "partition", "assert", "-f", str(spec), "-c", "typo")
     assert run.code == 4
     assert "selects no GPU on the hosts read" in run.stdout
+
+
+def test_busy_gpu_is_refused_with_older_vendor_libraries(gp):
+    # libnvidia-ml without the _v3 process call (nvidia-ml-py 13 then raises
+    # NVMLLibraryMismatchError), and amdsmi 6.0, which lists process handles, not dicts.
+    nvidia = SimState.open(H100, "dgx-h100-mig", gp.sim_dir)
+    fake_nvml.sim_add_process(nvidia, 0, pid=31337, name="train")
+    with nvidia.mutate() as data:
+        data["nvidia"]["missing"] = ["nvmlDeviceGetComputeRunningProcesses_v3"]
+    amd = SimState.open("dxb-mi300x-01", "mi300x-8", gp.sim_dir)
+    with amd.mutate() as data:
+        data["amd"]["process_handles"] = True
+        data["amd"]["gpus"][0]["processes"] = [
+            {"pid": 4711, "name": "llama", "vram_mb": 1024, "partition": 0, "gfx": 0}
+        ]
+    limit = f"{H100},dxb-mi300x-01"
+    args = ["-f", str(LAYOUTS), "-c", "inference", "-l", limit, "--yes", "-o", "json"]
+    run = gp("partition", "apply", *args)
+    assert run.code == 3, run.stderr
+    gpus = {(h["name"], g["index"]): g for h in run.json()["hosts"] for g in h["gpus"]}
+    for key, label in (
+        ((H100, 0), "pid 31337 (train)"),
+        (("dxb-mi300x-01", 0), "pid 4711 (llama)"),
+    ):
+        assert gpus[key]["applied"] == 0 and gpus[key]["error"].startswith(f"busy: {label}")
+    after = layouts(gp, H100, "dxb-mi300x-01")
+    assert after[H100][0][1] == "disabled"
+    assert after["dxb-mi300x-01"][0][3:5] == ("SPX", "NPS1")

@@ -60,3 +60,29 @@ def test_amdsmi_6_0_process_handles_are_read(amdsmi_6_0: None) -> None:
         }
     ]
     assert [g["processes"] for i, g in enumerate(gpus) if i != 2] == [[]] * 7
+
+
+def test_simulator_plays_amdsmi_6_0_when_asked(tmp_path: Path) -> None:
+    # The state knob the end-to-end tests use: the same shapes as the fixture above.
+    state = SimState.reset("m1", "mi300x-8", tmp_path)
+    fake.bind(state)
+    try:
+        fake.sim_add_process(1, pid=4712, name="serve", vram_mb=1024)
+        fake.amdsmi_init()
+        handle = fake.amdsmi_get_processor_handles()[1]
+        assert [e["pid"] for e in fake.amdsmi_get_gpu_process_list(handle)] == [4712]
+        assert not hasattr(fake, "amdsmi_get_gpu_process_info")  # as in amdsmi 6.1+
+        with state.mutate() as data:
+            data["amd"]["process_handles"] = True
+        (listed,) = fake.amdsmi_get_gpu_process_list(handle)
+        assert isinstance(listed, ctypes.c_uint32) and listed.value == 4712
+        info = fake.amdsmi_get_gpu_process_info(handle, listed)
+        assert info["pid"] == 4712 and info["name"] == "serve" and "cu_occupancy" not in info
+        with pytest.raises(fake.AmdSmiParameterException):
+            fake.amdsmi_get_gpu_process_info(handle, 4712)
+        driver = driver_module.AmdSmiDriver(fake, fake.amdsmi_get_processor_handles())
+        assert [p["pid"] for p in driver.gpus()[1]["processes"]] == [4712]
+        assert driver.gpus()[1]["processes"][0]["used_memory_mib"] == 1024
+    finally:
+        fake.amdsmi_shut_down()
+        fake.bind(None)

@@ -229,6 +229,22 @@ def test_library_with_no_process_call_is_a_warning(tmp_path: Path, use_fake: Non
     assert any("RunningProcesses" in w for w in driver.warnings)
 
 
+def test_binding_without_the_mismatch_wrapper_falls_back_too(
+    tmp_path: Path, use_fake: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A binding whose unversioned lister calls _v3 directly lets FunctionNotFound through
+    # (an NVMLError) instead of NVMLLibraryMismatchError; _v2 is the way out all the same.
+    state = SimState.reset("n1", "l40s-4", tmp_path)
+    fake.sim_add_process(state, 2, pid=654)
+    mark_missing(state, "nvmlDeviceGetComputeRunningProcesses_v3")
+    monkeypatch.setattr(
+        fake, "nvmlDeviceGetComputeRunningProcesses", fake.nvmlDeviceGetComputeRunningProcesses_v3
+    )
+    gpus, _, driver = collect(state)
+    assert [p["pid"] for p in gpus[2]["processes"]] == [654]
+    assert driver.warnings == []
+
+
 def test_older_binding_still_sees_every_mig_profile(
     tmp_path: Path, use_fake: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,6 +20,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol, TypeVar
 
@@ -173,6 +174,46 @@ def _hex_id(value: Any) -> int | None:
         return None
 
 
+@dataclass(frozen=True)
+class UnreadableProcess:
+    """A process amdsmi listed but would not describe: it exists, so the GPU is not idle."""
+
+    handle: Any  # what the list gave (amdsmi 6.0: amdsmi_process_handle_t, a ctypes.c_uint32)
+    reason: str
+
+    def __str__(self) -> str:
+        value = getattr(self.handle, "value", self.handle)
+        return f"a process (handle {value}) whose details cannot be read: {self.reason}"
+
+
+def process_entries(amdsmi: Any, handle: Any) -> list[dict[str, Any] | UnreadableProcess]:
+    """The processes on one logical GPU, each as amdsmi 6.1+ describes it (a dict).
+
+    amdsmi 6.1+ lists dicts; 6.0 lists process handles (ctypes.c_uint32) whose details come
+    from amdsmi_get_gpu_process_info(processor_handle, process) (PyPI amdsmi 6.0.2
+    amdsmi_interface.py). Raises what amdsmi_get_gpu_process_list raises (AttributeError where
+    the module has none): the caller decides what not knowing means."""
+    out: list[dict[str, Any] | UnreadableProcess] = []
+    for entry in amdsmi.amdsmi_get_gpu_process_list(handle) or []:
+        if isinstance(entry, dict):
+            out.append(entry)
+            continue
+        describe = getattr(amdsmi, "amdsmi_get_gpu_process_info", None)
+        if describe is None:
+            out.append(UnreadableProcess(entry, "this amdsmi has no amdsmi_get_gpu_process_info"))
+            continue
+        try:
+            info = describe(handle, entry)
+        except Exception as exc:  # amdsmi raises its own exception family
+            out.append(UnreadableProcess(entry, _describe(exc)))
+            continue
+        if isinstance(info, dict):
+            out.append(info)
+        else:
+            out.append(UnreadableProcess(entry, f"amdsmi answered {type(info).__name__}"))
+    return out
+
+
 class AmdSmiDriver:
     name = "amdsmi"
     vendor = "amd"
@@ -253,14 +294,11 @@ class AmdSmiDriver:
         return {"compute": compute, "memory": memory, "memory_caps": caps}
 
     def _processes(self, handle: Any) -> list[dict[str, Any]]:
-        listed = self._call("amdsmi_get_gpu_process_list", handle) or []
+        listed = self._try(process_entries, self._lib, handle) or []
         processes = []
         for entry in listed:
-            if not isinstance(entry, dict):
-                # amdsmi 6.0 lists process handles and gives each one's details on request.
-                entry = self._call("amdsmi_get_gpu_process_info", handle, entry)
             if not isinstance(entry, dict) or _number(entry.get("pid")) is None:
-                continue
+                continue  # facts list what can be described; partitioning refuses the rest
             usage = entry.get("memory_usage") or {}
             vram = _number(usage.get("vram_mem"))
             if vram is None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
+from gpupoolctl.agent.drivers import nvml_compat
 from gpupoolctl.agent.drivers.base import DriverUnavailable
 from gpupoolctl.hw.model import bandwidth_class
 
@@ -36,14 +38,6 @@ _CORES_PER_SM = {
 
 # nvmlDeviceGetTopologyCommonAncestor level -> nvidia-smi topo -m word.
 _TOPO_WORDS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
-
-# The node's pynvml may be older than its driver (nvidia-ml-py 11.515 has 8 GPU instance
-# profiles and 12 NVLinks; 13.615 has 0x12, 0x9 and 36), so enumerations run at least this far
-# and stop where the library answers INVALID_ARGUMENT (nvml.h: enumerate profiles "until the
-# API returns NVML_ERROR_INVALID_ARGUMENT").
-_KNOWN_GI_PROFILES = 0x12
-_KNOWN_CI_PROFILES = 0x9
-_KNOWN_NVLINKS = 36
 
 
 def open_driver() -> NvmlDriver:
@@ -93,11 +87,7 @@ class NvmlDriver:
 
     def __init__(self, nvml: Any, count: int) -> None:
         self._nvml = nvml
-        # nvidia-ml-py 13 raises this (not an NVMLError) from its unversioned process listers
-        # when libnvidia-ml lacks their _v3 symbol; older bindings have no such class.
-        self._mismatch: tuple[type[Exception], ...] = tuple(
-            c for c in [getattr(nvml, "NVMLLibraryMismatchError", None)] if isinstance(c, type)
-        )
+        self._mismatch = nvml_compat.mismatch_errors(nvml)
         self.warnings: list[str] = []  # per-field failures other than "not supported"
         self._handles: list[tuple[int, Any]] = []
         for index in range(count):
@@ -135,25 +125,9 @@ class NvmlDriver:
         if exc.value not in quiet:
             self.warnings.append(f"{what}: {getattr(fn, '__name__', fn)}: {exc}")
 
-    def _profile_infos(
-        self, what: str, fn: Any, binding: int, floor: int, owner: Any, *rest: Any
-    ) -> list[Any]:
-        """fn(owner, index, *rest) for each profile index the card offers: every index the
-        binding knows (an error skips that one), then on up to `floor` until the library
-        answers INVALID_ARGUMENT."""
-        nvml = self._nvml
-        infos = []
-        for index in range(max(int(binding), floor)):
-            try:
-                info = fn(owner, index, *rest)
-            except nvml.NVMLError as exc:
-                if index >= binding and exc.value == nvml.NVML_ERROR_INVALID_ARGUMENT:
-                    break  # past the library's last profile
-                self._failed(what, fn, exc)
-                continue
-            if info.instanceCount:
-                infos.append(info)
-        return infos
+    def _reporter(self, what: str, fn: Any) -> Callable[[Any], None]:
+        """A `failed` callback for nvml_compat's profile scans: warn as _get does."""
+        return lambda exc: self._failed(what, fn, exc)
 
     # --- Driver protocol ------------------------------------------------------------------
 
@@ -287,13 +261,8 @@ class NvmlDriver:
         if key in self._profile_cache:
             return [dict(p, placements=list(p["placements"])) for p in self._profile_cache[key]]
         out = []
-        for info in self._profile_infos(
-            where,
-            nvml.nvmlDeviceGetGpuInstanceProfileInfo,
-            nvml.NVML_GPU_INSTANCE_PROFILE_COUNT,
-            _KNOWN_GI_PROFILES,
-            h,
-            version,
+        for info in nvml_compat.gpu_instance_profiles(
+            nvml, h, version, failed=self._reporter(where, nvml.nvmlDeviceGetGpuInstanceProfileInfo)
         ):
             starts, size = self._placements(where, h, int(info.id))
             raw_name = getattr(info, "name", None)
@@ -336,12 +305,8 @@ class NvmlDriver:
         uuids = self._mig_uuids(where, h)
         out: list[dict[str, Any]] = []
         ci_profiles: dict[int, list[Any]] = {}  # GI profile id -> its CI profile infos
-        for info in self._profile_infos(
-            where,
-            nvml.nvmlDeviceGetGpuInstanceProfileInfo,
-            nvml.NVML_GPU_INSTANCE_PROFILE_COUNT,
-            _KNOWN_GI_PROFILES,
-            h,
+        for info in nvml_compat.gpu_instance_profiles(
+            nvml, h, failed=self._reporter(where, nvml.nvmlDeviceGetGpuInstanceProfileInfo)
         ):
             array = (nvml.c_nvmlGpuInstance_t * info.instanceCount)()
             count = ctypes.c_uint(0)
@@ -376,13 +341,10 @@ class NvmlDriver:
 
     def _ci_profiles(self, where: str, gi: Any) -> list[Any]:
         nvml = self._nvml
-        return self._profile_infos(
-            where,
-            nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo,
-            nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT,
-            _KNOWN_CI_PROFILES,
+        return nvml_compat.compute_instance_profiles(
+            nvml,
             gi,
-            nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+            failed=self._reporter(where, nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo),
         )
 
     def _compute_instances(
@@ -483,21 +445,15 @@ class NvmlDriver:
         return sorted(found.values(), key=lambda p: (p["pid"], p["gpu_instance_id"] or 0))
 
     def _running(self, where: str, handle: Any) -> list[Any]:
-        """Compute processes on one handle. Where libnvidia-ml lacks the _v3 symbol,
-        nvidia-ml-py 13 raises NVMLLibraryMismatchError and names _v2 as the way out."""
-        nvml = self._nvml
-        lister = nvml.nvmlDeviceGetComputeRunningProcesses
+        """Compute processes on one handle, through _v2 where libnvidia-ml has no _v3."""
         try:
-            return list(lister(handle) or [])
-        except nvml.NVMLError as exc:
-            self._failed(where, lister, exc)
+            return nvml_compat.running_processes(self._nvml, nvml_compat.COMPUTE_PROCESSES, handle)
+        except nvml_compat.ListerFailed as failed:
+            if isinstance(failed.error, self._nvml.NVMLError):
+                self._failed(where, failed.function, failed.error)
+            else:
+                self.warnings.append(f"{where}: {failed}")
             return []
-        except self._mismatch:
-            older = getattr(nvml, "nvmlDeviceGetComputeRunningProcesses_v2", None)
-            if older is None:
-                self.warnings.append(f"{where}: {lister.__name__}: no version of it works here")
-                return []
-            return list(self._get(where, older, handle) or [])
 
     # --- links ----------------------------------------------------------------------------
 
@@ -510,7 +466,7 @@ class NvmlDriver:
         direct = [[0] * size for _ in range(size)]
         switched = [0] * size
         for i, (_, h) in enumerate(self._handles):
-            for link in range(max(nvml.NVML_NVLINK_MAX_LINKS, _KNOWN_NVLINKS)):
+            for link in range(max(nvml.NVML_NVLINK_MAX_LINKS, nvml_compat.KNOWN_NVLINKS)):
                 try:
                     state = nvml.nvmlDeviceGetNvLinkState(h, link)
                 except nvml.NVMLError:

@@ -18,7 +18,14 @@ import errno
 from collections.abc import Callable
 from typing import Any
 
-from gpupoolctl.agent.drivers.amdsmi import Sysfs, _describe, physical_bdf
+from gpupoolctl.agent.drivers.amdsmi import (
+    Sysfs,
+    UnreadableProcess,
+    _describe,
+    _number,
+    physical_bdf,
+    process_entries,
+)
 from gpupoolctl.agent.partition.base import OpFailed
 
 
@@ -120,14 +127,22 @@ class AmdCard:
             return [str(exc)]
         for partition, handle in enumerate(handles):
             try:
-                listed = self._lib.amdsmi_get_gpu_process_list(handle) or []
+                listed = process_entries(self._lib, handle)
             except Exception as exc:
+                # Not knowing is not the same as idle: only --force goes past this.
                 return [f"cannot list the card's processes: {_describe(exc)}"]
+            where = f" on partition {partition}" if len(handles) > 1 else ""
             for entry in listed:
-                if isinstance(entry, dict) and isinstance(entry.get("pid"), int):
-                    name = _blank(entry.get("name"))
-                    label = f"pid {entry['pid']}" + (f" ({name})" if name else "")
-                    out.append(label + (f" on partition {partition}" if len(handles) > 1 else ""))
+                # A listed process that cannot be described still runs there.
+                if isinstance(entry, UnreadableProcess):
+                    out.append(f"{entry}{where}")
+                    continue
+                pid = _number(entry.get("pid"))
+                if pid is None:
+                    out.append(f"a process with no readable pid{where}")
+                    continue
+                name = _blank(entry.get("name"))
+                out.append(f"pid {pid}" + (f" ({name})" if name else "") + where)
         return out
 
     # --- changing -------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpupoolctl.agent.drivers import nvml_compat
 from gpupoolctl.agent.partition.base import OpFailed, ResetPending
 
 
@@ -83,40 +84,22 @@ class NvidiaCard:
         """GPU instance profiles by id, as this node's driver reports them (MIG must be on)."""
         if self._gi_table:
             return self._gi_table
-        nvml = self._nvml
         table: dict[int, _Profile] = {}
-        for index in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            try:
-                info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(self._h, index)
-            except nvml.NVMLError:
-                continue  # NotSupported / InvalidArgument: no such profile on this card
-            if info.instanceCount:
-                table[int(info.id)] = _Profile(
-                    int(info.id), _name(info.name), int(info.sliceCount), int(info.instanceCount)
-                )
+        # NotSupported / InvalidArgument below the binding's count: no such profile here.
+        for info in nvml_compat.gpu_instance_profiles(self._nvml, self._h):
+            table[int(info.id)] = _Profile(
+                int(info.id), _name(info.name), int(info.sliceCount), int(info.instanceCount)
+            )
         self._gi_table = table or None
         return table
 
     def _ci_profiles(self, gi: Any, gi_profile_id: int) -> list[_Profile]:
         if gi_profile_id in self._ci_tables:
             return self._ci_tables[gi_profile_id]
-        nvml = self._nvml
-        shared = nvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
-        table = []
-        for index in range(nvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-            try:
-                info = nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, index, shared)
-            except nvml.NVMLError:
-                continue
-            if info.instanceCount:
-                table.append(
-                    _Profile(
-                        int(info.id),
-                        _name(info.name),
-                        int(info.sliceCount),
-                        int(info.instanceCount),
-                    )
-                )
+        table = [
+            _Profile(int(info.id), _name(info.name), int(info.sliceCount), int(info.instanceCount))
+            for info in nvml_compat.compute_instance_profiles(self._nvml, gi)
+        ]
         self._ci_tables[gi_profile_id] = table
         return table
 
@@ -205,21 +188,21 @@ class NvidiaCard:
                     sources.append((mig, int(nvml.nvmlDeviceGetGpuInstanceId(mig))))
                 except nvml.NVMLError:
                     continue  # NOT_FOUND: unused index
-        listers = [nvml.nvmlDeviceGetComputeRunningProcesses]
-        graphics = getattr(nvml, "nvmlDeviceGetGraphicsRunningProcesses", None)
-        if graphics is not None:
-            listers.append(graphics)
+        listers = [nvml_compat.COMPUTE_PROCESSES]
+        if hasattr(nvml, nvml_compat.GRAPHICS_PROCESSES):
+            listers.append(nvml_compat.GRAPHICS_PROCESSES)
         found: dict[int, tuple[int, int | None, str | None]] = {}
         for handle, gi_hint in sources:
             for lister in listers:
                 try:
-                    procs = lister(handle)
-                except nvml.NVMLError as exc:
-                    if handle is self._h and lister is listers[0]:
+                    procs = nvml_compat.running_processes(nvml, lister, handle)
+                except nvml_compat.ListerFailed as exc:
+                    if handle is self._h and not self._no_such_list(lister, exc):
                         # Not knowing is not the same as idle: only --force goes past this.
-                        raise OpFailed(f"cannot list the GPU's processes: {exc}") from None
-                    continue
-                for proc in procs or []:
+                        kind = "compute" if lister == nvml_compat.COMPUTE_PROCESSES else "graphics"
+                        raise OpFailed(f"cannot list the GPU's {kind} processes: {exc}") from None
+                    continue  # a MIG device the parent's list already covers
+                for proc in procs:
                     gi = getattr(proc, "gpuInstanceId", None)
                     gi = gi_hint if gi is None or int(gi) == 0xFFFFFFFF else int(gi)
                     pid = int(proc.pid)
@@ -233,6 +216,16 @@ class NvidiaCard:
                 name = None
             out.append((pid, gi, name))
         return sorted(out)
+
+    def _no_such_list(self, lister: str, failed: nvml_compat.ListerFailed) -> bool:
+        """A card that has no graphics engine answers NOT_SUPPORTED for its graphics list:
+        there is nothing to run there, unlike any other failure."""
+        nvml = self._nvml
+        return (
+            lister == nvml_compat.GRAPHICS_PROCESSES
+            and isinstance(failed.error, nvml.NVMLError)
+            and failed.error.value == nvml.NVML_ERROR_NOT_SUPPORTED
+        )
 
     def blockers(self, ops: list[dict[str, Any]]) -> list[str]:
         names = {op["op"] for op in ops}
