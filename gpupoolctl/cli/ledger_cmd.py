@@ -35,7 +35,10 @@ def register(app: typer.Typer) -> None:
 def open_ledger(settings: Settings) -> Ledger:
     from gpupoolctl.ledger import Ledger
 
-    return Ledger.from_env(settings.ledger)
+    def waiting(message: str) -> None:
+        notice(message, quiet=settings.quiet)
+
+    return Ledger.from_env(settings.ledger, on_lock_wait=waiting)
 
 
 def _warn_all(messages: list[str]) -> None:

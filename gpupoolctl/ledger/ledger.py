@@ -167,11 +167,18 @@ def autocompact_from_env(environ: Mapping[str, str] | None = None) -> int:
 
 class Ledger:
     @classmethod
-    def from_env(cls, path: Path | None = None) -> Ledger:
+    def from_env(
+        cls, path: Path | None = None, *, on_lock_wait: Callable[[str], None] | None = None
+    ) -> Ledger:
         """A Ledger at `path` (None: the default path), durable unless the environment
         says GPUPOOL_LEDGER_NO_FSYNC (see `durable_from_env`), compacting itself as
         GPUPOOL_LEDGER_AUTOCOMPACT says (see `autocompact_from_env`)."""
-        return cls(path, durable=durable_from_env(), autocompact=autocompact_from_env())
+        return cls(
+            path,
+            durable=durable_from_env(),
+            autocompact=autocompact_from_env(),
+            on_lock_wait=on_lock_wait,
+        )
 
     def __init__(
         self,
@@ -181,6 +188,7 @@ class Ledger:
         actor: str | None = None,
         clock: Callable[[], datetime] = utc_now,
         autocompact: int = DEFAULT_AUTOCOMPACT,
+        on_lock_wait: Callable[[str], None] | None = None,
     ) -> None:
         self.is_default = path is None
         if path is not None and Path(path).is_dir():
@@ -190,7 +198,8 @@ class Ledger:
         self.actor = actor or default_actor()
         self.clock = clock
         self.autocompact = autocompact
-        self._lock = FileLock(self.paths.lock)
+        # Told once, in words for a person, when the lock is slow to come (see FileLock).
+        self._lock = FileLock(self.paths.lock, on_wait=on_lock_wait)
         self._loaded: replay.Loaded | None = None
 
     @property

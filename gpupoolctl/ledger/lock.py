@@ -18,7 +18,7 @@ import fcntl
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -38,6 +38,8 @@ DEFAULT_TIMEOUT = 60.0
 _SLEEP_SHARE = 0.05
 _MIN_SLEEP = 0.0001
 _MAX_SLEEP = 0.05
+# A wait longer than this is worth telling a person about (once), through `on_wait`.
+NOTICE_AFTER_S = 2.0
 
 
 def timeout_from_env(environ: Mapping[str, str] | None = None) -> float:
@@ -69,19 +71,30 @@ def _try(fd: int, mode: int) -> bool:
     return True
 
 
-def _wait(fd: int, mode: int, timeout: float) -> float | None:
-    """Take the lock within `timeout` seconds: None when taken, else the seconds waited."""
+def _wait(
+    fd: int, mode: int, timeout: float, on_long_wait: Callable[[], None] | None = None
+) -> float | None:
+    """Take the lock within `timeout` seconds: None when taken, else the seconds waited.
+    `on_long_wait` is called once if the wait passes NOTICE_AFTER_S."""
     if _try(fd, mode):
         return None
-    if math.isinf(timeout):
+    if math.isinf(timeout) and on_long_wait is None:
         fcntl.flock(fd, mode)  # no limit asked for: the kernel wakes us on release
         return None
     start = time.monotonic()
     deadline = start + timeout
+    noticed = on_long_wait is None or timeout <= NOTICE_AFTER_S
     while True:
         now = time.monotonic()
         if now >= deadline:
             return now - start
+        if not noticed and now - start >= NOTICE_AFTER_S:
+            noticed = True
+            assert on_long_wait is not None
+            on_long_wait()
+            if math.isinf(timeout):
+                fcntl.flock(fd, mode)  # no limit asked for: the kernel wakes us on release
+                return None
         pause = min(_MAX_SLEEP, max(_MIN_SLEEP, (now - start) * _SLEEP_SHARE))
         time.sleep(min(pause, deadline - now))
         if _try(fd, mode):
@@ -123,13 +136,28 @@ def _command(pid: int) -> str | None:
         return None
 
 
+def waiting_message(path: Path, timeout: float) -> str:
+    """What a person waiting for the lock should read: who holds it and for how long we wait."""
+    found, why = holders(path)
+    who = ", ".join(f"pid {p}" + (f" ({c})" if c else "") for p, c in found) or why
+    limit = "without limit" if math.isinf(timeout) else f"up to {timeout:g} s"
+    return f"waiting for the ledger lock {path} held by {who}; {limit} ({TIMEOUT_ENV})"
+
+
 class FileLock:
     """`timeout`: seconds to wait for the lock; None reads GPUPOOL_LEDGER_LOCK_TIMEOUT at each
-    wait, so a bad value fails the command that locks, as a UsageError."""
+    wait, so a bad value fails the command that locks, as a UsageError. `on_wait` hears
+    `waiting_message` once when a wait passes NOTICE_AFTER_S (the CLI prints it)."""
 
-    def __init__(self, path: Path, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        timeout: float | None = None,
+        on_wait: Callable[[str], None] | None = None,
+    ) -> None:
         self.path = path
         self.timeout = timeout
+        self.on_wait = on_wait
         self._fd: int | None = None
         self._pid = 0
 
@@ -148,7 +176,9 @@ class FileLock:
     def _held(self, mode: int) -> Iterator[None]:
         timeout = timeout_from_env() if self.timeout is None else self.timeout
         fd = self._descriptor()
-        waited = _wait(fd, mode, timeout)
+        on_wait = self.on_wait
+        tell = None if on_wait is None else lambda: on_wait(waiting_message(self.path, timeout))
+        waited = _wait(fd, mode, timeout, tell)
         if waited is not None:
             found, why = holders(self.path)
             raise LedgerBusy(

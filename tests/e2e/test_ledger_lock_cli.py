@@ -46,3 +46,17 @@ def test_bad_timeout_value_is_a_usage_error(cli, tmp_path):
     assert run.code == 2
     assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
     assert "GPUPOOL_LEDGER_LOCK_TIMEOUT='-1': expected seconds" in run.stderr
+
+
+def test_a_command_waiting_long_for_the_lock_says_who_holds_it(cli, tmp_path):
+    path = _ledger(tmp_path)
+    with holding(LedgerPaths(path).lock, seconds=3) as holder:
+        run = cli("--ledger", str(path), "alloc", "--owner", "alice", extra_env=FAST)
+    assert run.code == 0, run.stderr
+    said = f"gpupoolctl: waiting for the ledger lock {path}.lock held by pid {holder.pid}"
+    assert said in run.stderr
+    # -q keeps it quiet; the command still waits and succeeds.
+    with holding(LedgerPaths(path).lock, seconds=3):
+        quiet = cli("-q", "--ledger", str(path), "release", "a-2", extra_env=FAST)
+    assert quiet.code == 0, quiet.stderr
+    assert "waiting" not in quiet.stderr

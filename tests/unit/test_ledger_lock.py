@@ -175,3 +175,34 @@ def test_nan_and_words_are_usage_errors() -> None:
     for bad in ("nan", "-0.5", "60s", "1,5"):
         with pytest.raises(UsageError):
             timeout_from_env({TIMEOUT_ENV: bad})
+
+
+@pytest.mark.parametrize("timeout", [5.0, math.inf], ids=["bounded", "no-limit"])
+def test_a_long_wait_is_told_once_with_the_holder(
+    lock_path: Path, monkeypatch: pytest.MonkeyPatch, timeout: float
+) -> None:
+    from gpupoolctl.ledger import lock as lock_module
+
+    monkeypatch.setattr(lock_module, "NOTICE_AFTER_S", 0.2)
+    told: list[str] = []
+    lock = FileLock(lock_path, timeout=timeout, on_wait=told.append)
+    with holding(lock_path, seconds=0.8) as holder, lock.exclusive():
+        assert holder.stdout is not None and holder.stdout.readline() == "released\n"
+    assert len(told) == 1
+    assert f"held by pid {holder.pid} ({HOLDER_NAME})" in told[0]
+    assert ("without limit" if math.isinf(timeout) else "up to 5 s") in told[0]
+
+
+def test_short_waits_and_short_timeouts_are_not_told(
+    lock_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpupoolctl.ledger import lock as lock_module
+
+    monkeypatch.setattr(lock_module, "NOTICE_AFTER_S", 0.5)
+    told: list[str] = []
+    with holding(lock_path, seconds=0.1), FileLock(lock_path, 5, told.append).exclusive():
+        pass  # taken after ~0.1 s: nothing to tell
+    gives_up_first = FileLock(lock_path, 0.4, told.append)  # before the 0.5 s notice
+    with holding(lock_path), pytest.raises(LedgerBusy), gives_up_first.exclusive():
+        pass
+    assert told == []
