@@ -20,6 +20,12 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 
 TRANSPORTS = ("ssh", "local")
 
+# What OpenSSH (valid_hostname / valid_ruser, since 9.6) refuses in a host or user name: an
+# ssh_config's ProxyCommand gets them through %h / %r, and fabric re-parses the host name as
+# ssh_config text, so a newline there would add config lines (a ProxyCommand of its own).
+_HOST_META = frozenset("'`\"$\\;&<>|(){}")
+_USER_META = frozenset("'`\";&<>|(){}")
+
 
 @dataclass(frozen=True)
 class SimSpec:
@@ -96,6 +102,11 @@ def _target(name: str, variables: dict[str, Any]) -> Target:
     address = _first(variables, _ALIASES["address"])
     identity = _first(variables, _ALIASES["identity_file"])
     user = _first(variables, _ALIASES["user"])
+    if transport == "ssh":
+        # With no address the alias itself is the host name ssh resolves.
+        _check_host(name, str(address) if address is not None else name)
+        if user is not None:
+            _check_user(name, str(user))
     return Target(
         name=name,
         address=str(address) if address is not None else None,
@@ -107,6 +118,32 @@ def _target(name: str, variables: dict[str, Any]) -> Target:
         sim=sim,
         rendezvous_addr=_text(variables.get("gpupool_rendezvous_addr")),
     )
+
+
+def _check_host(name: str, host: str) -> None:
+    if (
+        not host
+        or host.startswith("-")
+        or any(c in _HOST_META or c.isspace() or not c.isprintable() for c in host)
+    ):
+        raise UsageError(
+            f"host {name}: {host!r} is not a host name or address (no spaces, control "
+            "characters, shell punctuation or leading '-')"
+        )
+
+
+def _check_user(name: str, user: str) -> None:
+    if (
+        not user
+        or user.startswith("-")
+        or user.endswith("\\")
+        or any(c in _USER_META or not c.isprintable() for c in user)
+        or any(c.isspace() and user[i + 1 : i + 2] == "-" for i, c in enumerate(user))
+    ):
+        raise UsageError(
+            f"host {name}: user {user!r} is not a login name (no control characters, "
+            "quotes or shell punctuation, no leading '-')"
+        )
 
 
 def _text(value: Any) -> str | None:
