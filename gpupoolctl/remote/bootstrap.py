@@ -30,8 +30,12 @@ ERROR_PREFIX = "gpupoolctl-bootstrap:"
 
 # Kept free of single quotes so shlex.quote wraps it in one pair of quotes, and free of
 # f-strings so an old interpreter reaches the version check and says why it stops.
+# `python -c` puts the working folder ("") first on sys.path; the bootstrap drops it before
+# any import, so a hashlib.py or json.py in the folder the agent starts in never runs.
 BOOTSTRAP = """\
 import sys
+if sys.path and sys.path[0] == "":
+    del sys.path[0]
 def _fail(m):
     sys.stderr.write("gpupoolctl-bootstrap: %s\\n" % m)
     sys.exit(3)

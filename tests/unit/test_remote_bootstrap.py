@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpupoolctl.remote import OK, run_agent, target_from_vars
 from gpupoolctl.remote.bootstrap import (
     BOOTSTRAP,
     encode_stdin,
@@ -36,13 +37,30 @@ def test_round_trip(tmp_path: Path) -> None:
     assert json.loads(done.stdout) == {"v": 1, "ok": True, "data": {"pong": True}, "error": None}
 
 
+def test_modules_in_the_working_folder_never_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The local transport starts the agent in the operator's working folder, which may be a
+    # shared one (/tmp, a team's project folder): a planted stdlib name there must not run.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    marker = tmp_path / "planted-code-ran"
+    for name in ("hashlib", "tempfile", "zipfile", "shutil", "json"):
+        (shared / f"{name}.py").write_text(f"open({str(marker)!r}, 'a').write({name!r})\n")
+    monkeypatch.chdir(shared)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (result,) = run_agent([target_from_vars("ws", {"transport": "local"})], {"verb": "facts"})
+    assert not marker.exists(), marker.read_text()
+    assert result.outcome == OK, result.error
+
+
 def test_hash_mismatch_is_refused(tmp_path: Path) -> None:
     real = agent_payload()
     forged = Payload(real.data[:-1] + bytes([real.data[-1] ^ 1]), real.sha256)
     done = _run(encode_stdin(forged, {"v": 1, "verb": "ping"}), tmp_path)
     assert done.returncode == 3
     assert b"gpupoolctl-bootstrap: payload hash mismatch" in done.stderr
-    assert not (tmp_path / "gpupoolctl" / f"agent-{real.sha256}.zip").exists()
+    assert not (tmp_path / "gpupoolctl" / f"agent-{real.sha256}").exists()
 
 
 def test_truncated_payload_is_refused(tmp_path: Path) -> None:
