@@ -19,7 +19,13 @@ import fabric
 import paramiko
 
 from gpupoolctl.remote.bootstrap import remote_command
-from gpupoolctl.remote.hostkeys import HostKeyChanged, HostKeyUnknown, KnownHosts, host_key_name
+from gpupoolctl.remote.hostkeys import (
+    HostKeyChanged,
+    HostKeyRevoked,
+    HostKeyUnknown,
+    KnownHosts,
+    host_key_name,
+)
 from gpupoolctl.remote.results import FAILED, TIMED_OUT, UNREACHABLE, ExecResult, HostFailure
 from gpupoolctl.remote.sshconfig import load_fabric_config
 from gpupoolctl.remote.target import Target
@@ -107,10 +113,15 @@ def _classify_open_error(
 ) -> HostFailure:
     where = _where(hop) if is_target else f"jump host {_where(hop)}"
     connected_tcp = hop.client.get_transport() is not None
-    if isinstance(exc, HostKeyChanged | HostKeyUnknown):
+    if isinstance(exc, HostKeyChanged | HostKeyUnknown | HostKeyRevoked):
         return HostFailure(FAILED, str(exc), type(exc).__name__)
     if isinstance(exc, paramiko.BadHostKeyException):
         name = host_key_name(hop.host, hop.port)
+        policy = hop.client._policy  # our _Policy, set by KnownHosts.attach
+        if policy.store.is_revoked(exc.key):  # revoked keys are dropped from the known ones
+            return HostFailure(
+                FAILED, policy.store.revoked_message(policy.label, name, exc.key), "HostKeyRevoked"
+            )
         return HostFailure(
             FAILED,
             _changed_message(hop, name, exc),
