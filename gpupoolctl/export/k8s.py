@@ -174,6 +174,7 @@ def k8s_export(
             if name != ALL_DISABLED:
                 configs[name] = entries
         node = (node_names or {}).get(host) or host
+        check_node_name(host, node)
         nodes.append(NodeLabels(node, host, name, node_labels(host, facts, pool, name)))
     return K8sExport(namespace=namespace, configs=configs, nodes=nodes)
 
@@ -184,6 +185,18 @@ def check_namespace(namespace: str) -> None:
         raise UsageError(
             f"--namespace {namespace!r}: a Kubernetes namespace is at most 63 characters "
             "of lowercase letters, digits and '-', starting and ending alphanumeric"
+        )
+
+
+def check_node_name(host: str, node: str) -> None:
+    """A Kubernetes node name is a DNS subdomain. Anything else names no node, and in the
+    commands script a name such as `--all` or `--server=...` would be an option to kubectl
+    (quoting keeps it one word, not a name)."""
+    if len(node) > MAX_PREFIX or not _DNS_SUBDOMAIN.fullmatch(node):
+        raise UsageError(
+            f"host {host}: {node!r} is not a Kubernetes node name (lowercase letters, digits, "
+            f"'-' and '.', at most {MAX_PREFIX} characters); set the host's {NODE_NAME_VAR} "
+            "var to its node's name"
         )
 
 

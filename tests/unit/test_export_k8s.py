@@ -4,7 +4,6 @@ pool's real facts (each node's config holds on that node), and the shell form.""
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -189,6 +188,35 @@ def test_node_names_come_from_the_mapping(pool: dict[str, Any]) -> None:
     assert names["sg-dgx01"] == "sg-dgx01"
 
 
+@pytest.mark.parametrize(
+    "node",
+    [
+        "--all",
+        "--server=https://attacker.example",
+        "-l",
+        "SG-DGX02",
+        "node 7",
+        "node_7",
+        pytest.param("x" * 254, id="254-chars"),
+    ],
+)
+def test_names_that_cannot_be_nodes_are_refused(pool: dict[str, Any], node: str) -> None:
+    # In the commands script `kubectl label node --all ...` would label every node of the
+    # cluster (and --server would send kubectl's credentials elsewhere): quoting cannot help.
+    with pytest.raises(UsageError, match="k8s_node_name") as refused:
+        k8s_export(facts_of(pool), pool="sim", node_names={"sg-dgx02": node})
+    assert "sg-dgx02" in str(refused.value)
+
+
+def test_an_inventory_name_that_is_no_node_name_needs_the_mapping(pool: dict[str, Any]) -> None:
+    facts = facts_of(pool)
+    facts["GPU Box 7"] = facts.pop("dxb-l40s-01")
+    with pytest.raises(UsageError, match="GPU Box 7"):
+        k8s_export(facts, pool="sim")
+    export = k8s_export(facts, pool="sim", node_names={"GPU Box 7": "gpu-box-7"})
+    assert [n.node for n in export.nodes if n.host == "GPU Box 7"] == ["gpu-box-7"]
+
+
 def test_manifest_is_one_configmap_with_the_config(pool: dict[str, Any]) -> None:
     export = k8s_export(facts_of(pool), pool="sim", namespace="ops-gpu")
     documents = [d for d in yaml.safe_load_all(export.manifest()) if d is not None]
@@ -233,8 +261,8 @@ def test_commands_apply_the_configmap_then_label_each_node(
     pool: dict[str, Any], tmp_path: Path
 ) -> None:
     facts = facts_of(pool)
-    facts["odd host's name"] = facts.pop("dxb-l40s-01")  # quoting must hold
-    export = k8s_export(facts, pool="sim")
+    facts["odd host's name"] = facts.pop("dxb-l40s-01")  # only its label value, sanitized
+    export = k8s_export(facts, pool="sim", node_names={"odd host's name": "dxb-l40s-01.k8s"})
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "kubectl").write_text(FAKE_KUBECTL)
@@ -254,7 +282,7 @@ def test_commands_apply_the_configmap_then_label_each_node(
     for argv, node in zip(argvs[1:], export.nodes, strict=True):
         assert argv[:4] == ["label", "node", node.node, "--overwrite"]
         assert dict(a.split("=", 1) for a in argv[4:]) == node.labels
-    assert shlex.quote("odd host's name") in export.commands()
+    assert "gpupoolctl.io/host=odd-host-s-name" in argvs[-1]
 
 
 # -- islands -------------------------------------------------------------------------------
