@@ -327,6 +327,47 @@ def test_peers_count_live_ones_and_prune_dead_and_reused_pids(tmp_path: Path) ->
     assert sorted(os.listdir(peers.folder)) == ["notes.txt"]
 
 
+def _planted_peers_folder(tmp_path: Path) -> tuple[Path, Path]:
+    """Under Slurm the jobs root is <node temp>/gpupoolctl-slurm-<uid>, a name anyone on the
+    node can guess: another user makes it first, writable by all, with links in it."""
+    root = tmp_path / "gpupoolctl-slurm-1000"
+    folder = root / sim.PEERS_FOLDER
+    folder.mkdir(parents=True)
+    root.chmod(0o777)
+    folder.chmod(0o777)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    return folder, victim
+
+
+def test_peers_never_write_into_a_folder_others_can_change(tmp_path: Path) -> None:
+    folder, victim = _planted_peers_folder(tmp_path)
+    (folder / ".4242.tmp").symlink_to(victim)
+    with pytest.raises(sim.UnsafeFolder, match="others can change"):
+        sim.Peers(folder, pid=4242).join()
+    assert victim.read_text() == "precious\n"
+    assert sorted(os.listdir(folder)) == [".4242.tmp"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making another user's folder needs root")
+def test_peers_refuse_a_root_another_user_made(tmp_path: Path) -> None:
+    folder, _ = _planted_peers_folder(tmp_path)
+    folder.chmod(0o700)
+    folder.parent.chmod(0o755)
+    os.chown(folder.parent, 65534, 65534)  # nobody's, though it looks private
+    with pytest.raises(sim.UnsafeFolder, match="not this user's"):
+        sim.Peers(folder, pid=4242).join()
+
+
+def test_sim_workload_stops_with_the_reason_in_a_planted_root(tmp_path: Path) -> None:
+    folder, _ = _planted_peers_folder(tmp_path)
+    env = workload_env(tmp_path, "j1", GPUPOOL_JOB_DIR=str(folder.parent / "17"))
+    done = run_workload(["sim", "--work", "0.05"], env)
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.startswith("sim: ") and "others can change" in done.stderr
+    assert done.stdout == "" and os.listdir(folder) == []
+
+
 def test_peers_of_dead_pids_are_ignored_by_a_running_workload(tmp_path: Path) -> None:
     folder = tmp_path / "jobs" / sim.PEERS_FOLDER
     folder.mkdir(parents=True)

@@ -23,13 +23,14 @@ import json
 import math
 import os
 import signal
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpupoolctl.agent.workloads import EXIT_OK, EXIT_UNFINISHED
+from gpupoolctl.agent.workloads import EXIT_OK, EXIT_UNFINISHED, EXIT_UNSUPPORTED
 
 REFERENCE_GBPS = 3350.0  # H100 SXM5 (datasheet): rate 1.0
 MAX_WORK_S = 3600.0
@@ -275,6 +276,24 @@ def _positive(value: Any) -> bool:
 # -- peers: the sim jobs running on this node -------------------------------------------------
 
 
+class UnsafeFolder(Exception):
+    """The peers folder, or the jobs root above it, is not this user's alone."""
+
+
+def _own_folder(path: Path) -> None:
+    """Make `path` (0700), or take an existing one only when this user alone can change it:
+    under Slurm the jobs root is in the node's shared temp folder by a name anyone can guess,
+    and a folder another user made there could hold links that turn our writes onto our own
+    files (or fake peers)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise UnsafeFolder(f"{path} is not this user's folder; remove it or use another")
+    if info.st_mode & 0o022:
+        raise UnsafeFolder(f"{path} is a folder others can change; remove it or chmod go-w")
+
+
 class Peers:
     """One file per running `sim` job (named by pid, holding its start time) in one folder."""
 
@@ -295,8 +314,15 @@ class Peers:
             root = jobs_root("", None)
         return cls(root / PEERS_FOLDER)
 
+    def check(self) -> None:
+        """Create or vet the jobs root and the peers folder (UnsafeFolder if not ours)."""
+        root = self.folder.parent
+        root.parent.mkdir(parents=True, exist_ok=True)
+        _own_folder(root)
+        _own_folder(self.folder)
+
     def join(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.check()
         self.prune()
         from gpupoolctl.agent.jobs.paths import proc_start
 
@@ -414,6 +440,11 @@ def run(
     sigma = default_sigma if sigma is None else sigma
     kappa = default_kappa if kappa is None else kappa
     peers = Peers.for_job(env)
+    try:
+        peers.check()
+    except UnsafeFolder as exc:
+        err.write(f"sim: {exc}\n")
+        return EXIT_UNSUPPORTED
     handled = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
     previous: dict[int, Any] = {}
     try:
