@@ -4,6 +4,9 @@ job environments refuse them (both end up in CI logs, `less` and `grep`)."""
 from __future__ import annotations
 
 import re
+from typing import Any
+
+MASK = "***"
 
 _SUBSTRINGS = (
     "password",
@@ -16,9 +19,12 @@ _SUBSTRINGS = (
     "api_key",
     "apikey",
     "credential",
+    "session_key",  # ansible_httpapi_session_key
+    "sshpass",  # SSHPASS: sshpass -e reads the password from it
 )
-# Short words only as whole parts of a name: ansible_ssh_pass, ansible_become_pass, DB_PWD.
-_WORDS = re.compile(r"(?:^|[_.\-])(?:pass|pwd)(?:$|[_.\-])", re.IGNORECASE)
+# Short words only as whole parts of a name: ansible_ssh_pass, ansible_become_pass, DB_PWD,
+# LDAP_BIND_PW.
+_WORDS = re.compile(r"(?:^|[_.\-])(?:pass|pwd|pw)(?:$|[_.\-])", re.IGNORECASE)
 
 
 def looks_secret(key: str) -> bool:
@@ -27,3 +33,13 @@ def looks_secret(key: str) -> bool:
     if lowered.endswith(("_file", "_path")):  # where a secret lives is not the secret
         return False
     return any(part in lowered for part in _SUBSTRINGS) or bool(_WORDS.search(key))
+
+
+def masked(value: Any) -> Any:
+    """A copy of `value` with the value of every secret-looking key replaced by MASK, at
+    any depth: a variable may be a mapping (`db: {password: ...}`) or a list of them."""
+    if isinstance(value, dict):
+        return {k: MASK if looks_secret(str(k)) else masked(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [masked(item) for item in value]
+    return value

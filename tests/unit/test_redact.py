@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpupoolctl.redact import looks_secret
+from gpupoolctl.redact import MASK, looks_secret, masked
 
 
 @pytest.mark.parametrize(
@@ -21,6 +21,9 @@ from gpupoolctl.redact import looks_secret
         "pass",
         "OPENAI_API_KEY",
         "vault_credentials",
+        "SSHPASS",
+        "ansible_httpapi_session_key",
+        "LDAP_BIND_PW",
     ],
 )
 def test_secret_names(key):
@@ -40,7 +43,27 @@ def test_secret_names(key):
         "sim",
         "CUDA_VISIBLE_DEVICES",
         "OMP_NUM_THREADS",
+        "pwm_fan",
+        "session_key_file",
     ],
 )
 def test_ordinary_names(key):
     assert not looks_secret(key)
+
+
+def test_masked_hides_secrets_at_any_depth_and_keeps_the_rest() -> None:
+    variables = {
+        "ansible_host": "10.0.0.1",
+        "ansible_become_password": "s1",
+        "vault": {"db_password": "s2", "db_host": "db1"},
+        "services": [{"name": "api", "token": "s3"}],
+        "extra_args": ["--verbose"],
+    }
+    assert masked(variables) == {
+        "ansible_host": "10.0.0.1",
+        "ansible_become_password": MASK,
+        "vault": {"db_password": MASK, "db_host": "db1"},
+        "services": [{"name": "api", "token": MASK}],
+        "extra_args": ["--verbose"],
+    }
+    assert variables["vault"]["db_password"] == "s2"  # a copy: the inventory is untouched
