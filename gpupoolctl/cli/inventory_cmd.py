@@ -12,7 +12,7 @@ from gpupoolctl.cli.console import warn
 from gpupoolctl.cli.render import Column, emit, table
 from gpupoolctl.cli.settings import OutputFormat, Settings
 from gpupoolctl.errors import ExitCode
-from gpupoolctl.redact import looks_secret
+from gpupoolctl.redact import masked
 
 # The group's help is the callback's docstring, so `inventory --help` explains the fan-out.
 app = typer.Typer(no_args_is_help=False)
@@ -91,7 +91,7 @@ def hosts(ctx: typer.Context) -> None:
                 "user": target.user,
                 "transport": target.transport,
                 "sim": target.sim.template if target.sim else None,
-                "vars": _masked(host.vars),
+                "vars": masked(host.vars),  # output often ends up in CI logs
             }
             for host, target in zip(selection.hosts, targets, strict=True)
         ],
@@ -109,8 +109,3 @@ def hosts(ctx: typer.Context) -> None:
     if settings.verbosity > 0:
         columns.append(Column("vars", "VARS"))
     emit(settings, data=data, rows=rows, columns=columns)
-
-
-def _masked(variables: dict[str, Any]) -> dict[str, Any]:
-    """Hide values that look like secrets: output often ends up in CI logs."""
-    return {key: ("***" if looks_secret(key) else value) for key, value in variables.items()}

@@ -220,3 +220,21 @@ def test_a_host_with_bad_vars_fails_alone(cli, tmp_path):
     assert hosts["good"]["outcome"] == "ok"
     assert hosts["bad"]["outcome"] == "failed"
     assert "port must be a number" in hosts["bad"]["error"]
+
+
+def test_secrets_nested_in_group_vars_are_hidden_too(cli, tmp_path):
+    inventory = tmp_path / "far.yaml"
+    inventory.write_text(
+        "all:\n"
+        "  vars:\n"
+        "    vault: {db_password: hunter2, user: ops}\n"
+        "    clients: [{api_key: s3cr3t}]\n"
+        "  hosts:\n"
+        "    far-01: {ansible_host: 192.0.2.1}\n"
+    )
+    run = cli("-i", str(inventory), "inventory", "hosts", "-o", "json")
+    assert run.code == 0, run.stderr
+    (host,) = run.json()["hosts"]
+    assert host["vars"]["vault"] == {"db_password": "***", "user": "ops"}
+    assert host["vars"]["clients"] == [{"api_key": "***"}]
+    assert "hunter2" not in run.stdout and "s3cr3t" not in run.stdout

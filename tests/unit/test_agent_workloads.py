@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import gpupoolctl
 from gpupoolctl.agent.jobs import launch as launch_module
 from gpupoolctl.agent.jobs.paths import proc_start
-from gpupoolctl.agent.workloads import matmul, sim
+from gpupoolctl.agent.workloads import RUN_WORKLOAD, matmul, sim, workload_argv
 from gpupoolctl.remote.payload import agent_payload
 from gpupoolctl.sim.state import build_initial
 from tests.unit.test_agent_jobs import Agent
@@ -77,7 +77,7 @@ def run_workload(args: list[str], env: dict[str, str] | None = None) -> subproce
 def test_builtin_workload_argv_runs_the_payloads_package_with_the_nodes_python() -> None:
     env = {"PYTHONPATH": "/elsewhere"}
     argv = launch_module._builtin_workload(["gpupoolctl-workload", "sim", "--work", "1"], env)
-    assert argv == [sys.executable, "-m", "gpupoolctl.agent.workloads", "sim", "--work", "1"]
+    assert argv == [sys.executable, "-c", RUN_WORKLOAD, "sim", "--work", "1"]
     assert env["PYTHONPATH"].split(os.pathsep) == [ROOT, "/elsewhere"]
     untouched: dict[str, str] = {}
     assert launch_module._builtin_workload(["gpupoolctl-workloads"], untouched) == [
@@ -547,3 +547,13 @@ def test_an_agent_running_from_a_temp_folder_refuses_builtin_workloads_before_cl
     # Ordinary commands still launch from such an agent.
     request = {**request, "job_id": "j-2", "argv": ["true"]}
     assert launch_module.launch(request, tmp_path / "jobs", "n1", None)["pid"] > 0
+
+
+def test_a_module_in_the_jobs_folder_cannot_shadow_the_workloads_imports(tmp_path: Path) -> None:
+    # `python -m` would import this json.py instead of the stdlib's (the job runs here).
+    (tmp_path / "json.py").write_text("raise SystemExit('planted json.py was imported')\n")
+    argv = workload_argv(["gpupoolctl-workload", "sleep", "--seconds", "0"], sys.executable)
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["workload"] == "sleep"

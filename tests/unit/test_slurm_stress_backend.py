@@ -8,6 +8,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from gpupoolctl.agent.workloads import RUN_WORKLOAD
 from gpupoolctl.jobs.spec import JobSpec
 from gpupoolctl.sched.request import JobRequest
 from gpupoolctl.slurm.parse import SlurmJob
@@ -92,7 +93,8 @@ def test_one_squeue_per_round_for_all_jobs() -> None:
     assert sorted(client.cancelled) == ["3", "4", "5"]
     # Never one call per job: only squeue rounds (and no per-job lookups: all were listed).
     assert set(client.calls) == {"sbatch", "squeue"}
-    assert "/py -m gpupoolctl.agent.workloads sleep" in client.scripts[0].replace("'", "")
+    assert "from gpupoolctl.agent.workloads.__main__ import main" in client.scripts[0]
+    assert "sys.exit(main())' sleep" in client.scripts[0]
     assert "GPUPOOL_JOB_DIR=" in client.scripts[0]
 
 
@@ -148,8 +150,8 @@ def test_start_is_never_before_the_submit_call() -> None:
 def test_node_argv_runs_builtin_workloads_with_python() -> None:
     assert node_argv(["gpupoolctl-workload", "sim", "--work", "1"], "/usr/bin/python3") == [
         "/usr/bin/python3",
-        "-m",
-        "gpupoolctl.agent.workloads",
+        "-c",
+        RUN_WORKLOAD,
         "sim",
         "--work",
         "1",

@@ -1,8 +1,8 @@
 """Built-in stress workloads: job payloads that exist on every node without installing anything.
 
 They ship inside the agent's payload. A launch request whose argv[0] is exactly
-`gpupoolctl-workload` runs `python -m gpupoolctl.agent.workloads <workload> ...` with the node's
-own python and the payload first on PYTHONPATH (see gpupoolctl.agent.jobs.launch).
+`gpupoolctl-workload` runs `<workload> ...` through gpupoolctl.agent.workloads.__main__ with
+the node's own python and the payload first on PYTHONPATH (see gpupoolctl.agent.jobs.launch).
 
     sleep   [--seconds S]            does nothing for S seconds: the scheduler's cost alone
     sim     [--work S] [--sigma S] [--kappa K] [--tick S]
@@ -24,11 +24,22 @@ WORKLOAD_COMMAND = "gpupoolctl-workload"  # argv[0] of a launch request that ask
 WORKLOADS = ("sleep", "sim", "matmul")
 
 
+# What runs a workload. Not `python -m`: that puts the job's working folder first on sys.path,
+# so a json.py there (the user's own, or one planted in a shared folder) would be imported
+# instead of the stdlib's. `-c` puts "" there instead, which this drops first.
+RUN_WORKLOAD = (
+    "import sys\n"
+    "if sys.path and sys.path[0] == '': del sys.path[0]\n"
+    "from gpupoolctl.agent.workloads.__main__ import main\n"
+    "sys.exit(main())"
+)
+
+
 def workload_argv(argv: list[str], python: str) -> list[str]:
     """A built-in workload's argv as `python` runs it (`gpupoolctl-workload sim ...` ->
-    `python -m gpupoolctl.agent.workloads sim ...`); any other argv unchanged."""
+    `python -c RUN_WORKLOAD sim ...`); any other argv unchanged."""
     if argv and argv[0] == WORKLOAD_COMMAND:
-        return [python, "-m", __name__, *argv[1:]]
+        return [python, "-c", RUN_WORKLOAD, *argv[1:]]
     return list(argv)
 
 
