@@ -40,6 +40,13 @@ _UNREACHABLE_ERRNOS = {
     errno.EADDRNOTAVAIL,
 }
 _READ_CHUNK = 65536
+# The most a node may answer (stdout and stderr together). An agent's answer is kilobytes
+# (a logs chunk at most 64 KiB); a misbehaving node must not fill the workstation's memory.
+MAX_ANSWER_BYTES = 64 << 20
+
+
+class AnswerTooLarge(Exception):
+    """The node sent more than MAX_ANSWER_BYTES."""
 
 
 @dataclass
@@ -226,6 +233,8 @@ def _drain(channel: paramiko.Channel, stdout: list[bytes], stderr: list[bytes]) 
         stdout.append(channel.recv(_READ_CHUNK))
     while channel.recv_stderr_ready():
         stderr.append(channel.recv_stderr(_READ_CHUNK))
+    if sum(map(len, stdout)) + sum(map(len, stderr)) > MAX_ANSWER_BYTES:
+        raise AnswerTooLarge
 
 
 def run_ssh(target: Target, stdin_data: bytes, ctx: SshContext) -> ExecResult:
@@ -264,6 +273,13 @@ def run_ssh(target: Target, stdin_data: bytes, ctx: SshContext) -> ExecResult:
                 TIMED_OUT,
                 f"command did not finish within {timeouts.command:g}s",
                 "CommandTimeout",
+            ) from None
+        except AnswerTooLarge:
+            raise HostFailure(
+                FAILED,
+                f"the node answered more than {MAX_ANSWER_BYTES >> 20} MiB; stopped reading "
+                "(is `python` on that node really python?)",
+                "AnswerTooLarge",
             ) from None
         except Exception as exc:
             if expired.is_set():

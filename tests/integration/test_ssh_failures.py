@@ -93,3 +93,26 @@ def test_hung_command_times_out_within_bound(
     assert 1.0 <= hung.elapsed < 3.0
     assert fine.outcome == "ok", fine.error
     assert wall < 3.5
+
+
+def test_a_node_that_answers_without_end_is_cut_off(
+    sshd_fleet: SshdFleet,
+    ssh_target: TargetFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpupoolctl.remote import ssh
+
+    monkeypatch.setattr(ssh, "MAX_ANSWER_BYTES", 1 << 20)
+    flood = tmp_path / "python-that-floods"
+    flood.write_text("#!/bin/sh\nexec head -c 8388608 /dev/zero\n")  # 8 MiB, then it ends
+    flood.chmod(0o755)
+    flooding, fine = run_agent(
+        [ssh_target(sshd_fleet.hosts[3], python=str(flood)), ssh_target(sshd_fleet.hosts[2])],
+        {"verb": "ping"},
+        known_hosts=sshd_fleet.known_hosts,
+        timeouts=TEST_TIMEOUTS,
+    )
+    assert flooding.outcome == FAILED and flooding.error_type == "AnswerTooLarge"
+    assert "more than 1 MiB" in flooding.error
+    assert fine.outcome == "ok", fine.error
