@@ -200,7 +200,10 @@ def submit(
         bool, typer.Option("--dry-run", help="Show where it would go and why; change nothing.")
     ] = False,
     wait: Annotated[
-        bool, typer.Option("--wait", help="Follow its output; exit with its exit code.")
+        bool,
+        typer.Option(
+            "--wait", help="Follow its output (stdout and stderr); exit with its exit code."
+        ),
     ] = False,
     backend: BackendOption = "pool",
 ) -> None:
@@ -358,7 +361,8 @@ def _render_plan(settings: Settings, result: Any) -> None:
 
 
 def _follow(settings: Settings, jobs: Jobs, job_id: str) -> int:
-    """Stream the job's stdout until it ends (running the queue while it waits)."""
+    """Stream the job's stdout and stderr to ours until it ends (running the queue while it
+    waits)."""
     from gpupoolctl.jobs.control import Ended, FollowWarning, follow
 
     show = settings.resolved_output() is OutputFormat.table
@@ -368,8 +372,9 @@ def _follow(settings: Settings, jobs: Jobs, job_id: str) -> int:
         elif isinstance(event, Ended):
             job, code = event.job, event.exit_code
         else:
-            sys.stdout.write(event.text)
-            sys.stdout.flush()
+            stream = sys.stderr if event.stream == "stderr" else sys.stdout
+            stream.write(event.text)
+            stream.flush()
     if not show:
         data = _rows([job])[0]
         emit(settings, data=data, rows=[data], columns=JOB_COLUMNS, csv_columns=JOB_CSV_COLUMNS)

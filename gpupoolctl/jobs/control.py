@@ -110,6 +110,22 @@ def stop_cancelled(jobs: Jobs, job: dict[str, Any]) -> dict[str, Any]:
     return find(jobs, job["id"])
 
 
+def _both_streams(jobs: Jobs, job_id: str, offsets: dict[str, int]) -> dict[str, Any]:
+    """The next chunk of stdout and of stderr of the job's first node, in one round trip:
+    {"streams": {name: chunk}, "state"}."""
+    job = find(jobs, job_id)
+    nodes = job.get("nodes") or []
+    if not nodes:
+        raise JobError(f"{job_id} has not been launched yet ({job.get('state')}): no output")
+    node = nodes[0]
+    result = jobs.nodes.one(
+        node["host"], "logs", {"job_id": node["node_id"], "streams": dict(offsets)}
+    )
+    if not result.ok:
+        raise JobError(f"{node['host']}: {result.outcome}: {result.error}")
+    return dict(result.data)
+
+
 def logs(
     jobs: Jobs,
     job_id: str,
@@ -186,9 +202,10 @@ def refresh(jobs: Jobs) -> Outcome:
 
 @dataclass(frozen=True)
 class Output:
-    """Text the followed job wrote to its stdout."""
+    """Text the followed job wrote to its stdout (or to its stderr)."""
 
     text: str
+    stream: str = "stdout"
 
 
 @dataclass(frozen=True)
@@ -227,29 +244,39 @@ def follow(
     """Follow a job until it ends, running the queue while it waits (recover and schedule
     while queued or pending, reap while running).
 
-    With `output`, yields its stdout as Output chunks while it runs, then what it wrote
-    after the last read. Yields FollowWarning for problems reading its output and, once it
-    ended, for the warnings gathered in `jobs.warnings` (which are then cleared). Ends with
-    one Ended. Polls every FOLLOW_INTERVAL_S[0] s, slowing to FOLLOW_INTERVAL_S[1] s while
-    nothing happens.
+    With `output`, yields what it writes to stdout and stderr as Output chunks while it
+    runs (both in one round trip per poll), then what it wrote after the last read. Yields
+    FollowWarning for problems reading its output and, once it ended, for the warnings
+    gathered in `jobs.warnings` (which are then cleared). Ends with one Ended. Polls every
+    FOLLOW_INTERVAL_S[0] s, slowing to FOLLOW_INTERVAL_S[1] s while nothing happens.
     """
-    offset = 0
+    offsets = {"stdout": 0, "stderr": 0}
     delay = FOLLOW_INTERVAL_S[0]
+
+    def read() -> tuple[list[Output], str]:
+        """What the job wrote since the last read, and its state on its node."""
+        answer = _both_streams(jobs, job_id, offsets)
+        wrote = []
+        for name, chunk in answer["streams"].items():
+            offsets[name] = chunk["next_offset"]
+            if chunk["text"]:
+                wrote.append(Output(chunk["text"], name))
+        return wrote, str(answer.get("state"))
+
     while True:
         job = find(jobs, job_id)
         state = job.get("state")
         if state == "running" and output:
             try:
-                chunk = logs(jobs, job_id, offset=offset)
+                wrote, on_node = read()
             except JobError as exc:
                 yield FollowWarning(str(exc))
-                chunk = {"text": "", "next_offset": offset, "state": "running"}
-            yield Output(chunk["text"])
-            offset = chunk["next_offset"]
-            if chunk["text"]:
+                wrote, on_node = [], "running"
+            yield from wrote
+            if wrote:
                 delay = FOLLOW_INTERVAL_S[0]
                 continue
-            if chunk["state"] != "running":
+            if on_node != "running":
                 reaping.reap(jobs)
                 continue
         elif state == "running":
@@ -268,11 +295,10 @@ def follow(
     if output and job.get("nodes"):
         try:  # what it wrote after our last read
             while True:
-                chunk = logs(jobs, job_id, offset=offset)
-                if not chunk["text"]:
+                wrote, _ = read()
+                if not wrote:
                     break
-                yield Output(chunk["text"])
-                offset = chunk["next_offset"]
+                yield from wrote
         except JobError:
             pass
     yield Ended(job, exit_code_of(job))

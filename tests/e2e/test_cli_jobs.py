@@ -199,3 +199,11 @@ def test_cancel_of_a_queued_job_ends_its_waiting_submitter(jobs_cli) -> None:
     job = jobs_json(jobs_cli, "--no-refresh")[late]
     assert job["state"] == "cancelled" and job["host"] is None and job["exit_code"] is None
     assert len(held(jobs_cli)) == 3
+
+
+def test_wait_shows_the_jobs_stderr_on_ours(jobs_cli) -> None:
+    code = "import sys; print('out'); print('Traceback: boom', file=sys.stderr); sys.exit(2)"
+    run = jobs_cli("-q", "submit", "--mem", "10G", "--wait", "--", PY, "-c", code)
+    assert run.code == 2
+    assert run.stdout == "out\n"
+    assert "Traceback: boom\n" in run.stderr

@@ -242,3 +242,17 @@ def test_logs_in_chunks_from_an_offset_and_from_the_end(agent: Agent) -> None:
     assert inside["text"] == "rld " and inside["offset"] == whole["size"] - 4
     missing = agent.ask("logs", {"job_id": "j-404"})
     assert missing["error"]["type"] == "NoSuchJob"
+
+
+def test_logs_of_both_streams_in_one_answer(agent: Agent) -> None:
+    code = "import sys; print('to out'); print('to err', file=sys.stderr)"
+    agent.launch("j-12", PY, "-c", code)
+    agent.wait("j-12")
+    both = agent.ok("logs", {"job_id": "j-12", "streams": {"stdout": 0, "stderr": 3}})
+    assert both["state"] == "exited"
+    assert both["streams"]["stdout"]["text"] == "to out\n"
+    assert both["streams"]["stderr"]["text"] == "err\n"  # from offset 3
+    assert both["streams"]["stderr"]["next_offset"] == len("to err\n")
+    for bad in ({}, {"stdin": 0}, ["stdout"], {"stdout": "x"}):
+        refused = agent.ask("logs", {"job_id": "j-12", "streams": bad})
+        assert refused["error"]["type"] == "BadRequest", bad

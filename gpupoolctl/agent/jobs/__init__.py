@@ -29,6 +29,8 @@ signal  args {"job_id", "signal": "TERM" | "KILL" | "INT" | "HUP", "wait_s": flo
 logs    args {"job_id", "stream": "stdout" | "stderr", "offset": int, "max_bytes": int}
         data {"text", "offset", "next_offset", "size", "state"}; a negative offset counts
         from the end (the last N bytes). Chunks never split a UTF-8 character.
+        Or args {"job_id", "streams": {"stdout": offset, "stderr": offset}, "max_bytes"}:
+        data {"streams": {name: {"text", "offset", "next_offset", "size"}}, "state"}.
 """
 
 from __future__ import annotations

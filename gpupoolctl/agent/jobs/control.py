@@ -123,20 +123,34 @@ def signal_job(args: dict[str, Any], root: Path) -> dict[str, Any]:
 
 
 def logs(args: dict[str, Any], root: Path) -> dict[str, Any]:
+    """One chunk of one stream ({"stream", "offset"}), or of several at once
+    ({"streams": {"stdout": offset, "stderr": offset}}: one round trip for a follower)."""
     job_id = paths.check_job_id(args.get("job_id"))
-    stream = args.get("stream") or "stdout"
-    if stream not in ("stdout", "stderr"):
+    streams = args.get("streams")
+    if streams is None:
+        wanted = {args.get("stream") or "stdout": args.get("offset") or 0}
+    elif isinstance(streams, dict) and streams:
+        wanted = dict(streams)
+    else:
+        raise AgentError("logs: streams must map stdout/stderr to offsets", "BadRequest")
+    if any(name not in ("stdout", "stderr") for name in wanted):
         raise AgentError("logs: stream must be stdout or stderr", "BadRequest")
     try:
-        offset = int(args.get("offset") or 0)
+        offsets = {name: int(value or 0) for name, value in wanted.items()}
         limit = max(1, min(int(args.get("max_bytes") or 65536), MAX_LOG_CHUNK))
     except (TypeError, ValueError):
         raise AgentError("logs: offset and max_bytes must be integers", "BadRequest") from None
     folder = paths.job_dir(root, job_id)
     if not folder.is_dir():
         raise AgentError(f"logs: no job {job_id} on this node", "NoSuchJob")
-    state = status(root, job_id)["state"]  # read before the file: then no output is missed
-    path = folder / stream
+    state = status(root, job_id)["state"]  # read before the files: then no output is missed
+    chunks = {name: _chunk(folder / name, offset, limit, state) for name, offset in offsets.items()}
+    if streams is None:
+        return {**next(iter(chunks.values())), "state": state}
+    return {"streams": chunks, "state": state}
+
+
+def _chunk(path: Path, offset: int, limit: int, state: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
@@ -153,7 +167,6 @@ def logs(args: dict[str, Any], root: Path) -> dict[str, Any]:
         "offset": start,
         "next_offset": start + len(chunk),
         "size": size,
-        "state": state,
     }
 
 
