@@ -1,8 +1,10 @@
 """`gpupoolctl partition`: MIG, AMD compute/memory partitions and SR-IOV, declaratively.
 
 Exit codes: 0 done (or nothing to do); 1 a spec or hooks file is wrong (nothing changed);
-2 usage (e.g. apply without --yes when not on a terminal); 3 some hosts were unreachable or
-some GPUs failed (and were rolled back); 4 (assert) the layout does not hold.
+2 usage (e.g. apply without --yes when not on a terminal); 3 some hosts were unreachable, a
+hook failed, or some GPUs failed (and were rolled back) or were refused (busy, held in the
+ledger, changed since the plan, or another partition run holding the node); 4 (assert) the
+layout does not hold.
 """
 
 from __future__ import annotations
@@ -246,13 +248,17 @@ def _require_consent(yes: bool) -> None:
 def _confirm(plans: list[HostPlan], yes: bool) -> None:
     if yes:
         return
+    from gpupoolctl.partition.reach import spans
+
     changing = [p for p in plans if p.changed]
     gpus = sum(1 for p in changing for g in p.gpus if not g.unchanged)
     for p in changing:
         for g in p.gpus:
             if not g.unchanged:
+                also = f", also changes GPU(s) {spans(g.also_changes)}" if g.also_changes else ""
                 sys.stderr.write(
-                    f"  {p.host} GPU {g.index}: {g.current} -> {g.desired} ({len(g.ops)} ops)\n"
+                    f"  {p.host} GPU {g.index}: {g.current} -> {g.desired} "
+                    f"({len(g.ops)} ops{also})\n"
                 )
     if not typer.confirm(f"Change {gpus} GPU(s) on {len(changing)} host(s)?", err=True):
         error("nothing was changed")
@@ -290,7 +296,9 @@ def _execute(
             args["hooks"] = hooks
         requests.append((by_name[p.host].target, {"v": 1, "verb": "partition", "args": args}))
     results = {r.name: r for r in send_each(settings, requests)}
-    _refresh_ledger_slices(settings, [by_name[name] for name, r in results.items() if r.ok])
+    # Every host sent a request, answered or not: one that timed out or lost its connection
+    # may have changed all the same (a host whose facts cannot be read keeps its slices).
+    _refresh_ledger_slices(settings, [by_name[name] for name in results])
     merged = merge_outcomes(plans, results)
     failed_requests = set(merged.failed_requests)
     for entry in merged.hosts:

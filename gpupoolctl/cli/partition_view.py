@@ -65,6 +65,7 @@ def gpu_plan_dict(gpu: GpuDiff) -> dict[str, Any]:
         "unchanged": gpu.unchanged,
         "ops": list(gpu.ops),
         "notes": list(gpu.notes),
+        "also_changes": list(gpu.also_changes),  # other GPUs of the host the ops change too
     }
 
 

@@ -1,10 +1,12 @@
 """Does the current state hold a spec label? mig-parted's assert, per host.
 
-MIG: the mode must match; when enabled, the compute-instance profile counts must equal the
-spec's (mig-parted compares the same multiset, e.g. {"1g.10gb": 7}); GPU instances the spec
-pins (`P@s`) must sit at that start with those compute instances. AMD: the modes the entry
-names must be the current ones. SR-IOV: the VF count must match. GPUs no entry selects are
-outside the config and not checked (mig-parted, which sees one node, fails them instead).
+MIG: the mode must match, and no change to the other mode may be pending a GPU reset (the
+next reset or reboot would carry it out; mig-parted checks the current mode only); when
+enabled, the compute-instance profile counts must equal the spec's (mig-parted compares the
+same multiset, e.g. {"1g.10gb": 7}); GPU instances the spec pins (`P@s`) must sit at that
+start with those compute instances. AMD: the modes the entry names must be the current ones.
+SR-IOV: the VF count must match. GPUs no entry selects are outside the config and not
+checked (mig-parted, which sees one node, fails them instead).
 """
 
 from __future__ import annotations
@@ -58,11 +60,18 @@ def _counts_text(counts: Mapping[str, int]) -> str:
 
 def _mig(entry: SpecEntry, gpu: Mapping[str, Any]) -> list[str]:
     enabled = lay.mig_enabled_now(gpu)
-    if not entry.mig_enabled:
-        return ["MIG is enabled, wanted disabled"] if enabled else []
-    if not enabled:
-        return ["MIG is disabled, wanted enabled"]
+    pending = lay.mig_pending(gpu)
+    wanted = lay.mode_word(bool(entry.mig_enabled))
+    if enabled != entry.mig_enabled:
+        return [f"MIG is {lay.mode_word(enabled)}, wanted {wanted}"]
     out = []
+    if pending is not None and pending != enabled:
+        # It holds only until the next GPU reset or reboot carries the pending mode out.
+        out.append(
+            f"MIG {'enable' if pending else 'disable'} is pending a GPU reset, wanted {wanted}"
+        )
+    if not entry.mig_enabled:
+        return out
     current = lay.current_gis(gpu)
     have: Counter[str] = Counter()
     for gi in current:

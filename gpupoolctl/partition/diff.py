@@ -18,9 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpupoolctl.agent.partition.expect import from_facts as expected_state
 from gpupoolctl.hw import catalog
 from gpupoolctl.hw import ops as hwops
 from gpupoolctl.partition import layout as lay
+from gpupoolctl.partition import reach
 from gpupoolctl.partition.planner import place
 from gpupoolctl.partition.spec import Spec, SpecEntry
 
@@ -36,10 +38,20 @@ class GpuDiff:
     ops: list[hwops.Operation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     placements: list[tuple[str, int]] = field(default_factory=list)  # MIG layout after apply
+    # The state the ops were planned from: the agent refuses the GPU if it is no longer so.
+    expect: dict[str, Any] = field(default_factory=dict)
+    # Other GPUs of the host the ops change too (an AMD card's partitions, its hive).
+    also_changes: list[int] = field(default_factory=list)
 
     @property
     def unchanged(self) -> bool:
         return not self.ops
+
+
+class _GpuPlan(hwops.GpuPlan):
+    """hw.ops.GpuPlan plus the state it was planned from (agent.partition.expect)."""
+
+    expect: dict[str, Any]
 
 
 @dataclass
@@ -55,12 +67,13 @@ class HostPlan:
     def agent_args(self, force: bool) -> hwops.PartitionRequestArgs:
         """The `partition` verb's args for the GPUs that change."""
         plans: list[hwops.GpuPlan] = [
-            {
-                "index": g.index,
-                "uuid": g.uuid,
-                "vendor": "amd" if g.vendor == "amd" else "nvidia",
-                "ops": list(g.ops),
-            }
+            _GpuPlan(
+                index=g.index,
+                uuid=g.uuid,
+                vendor="amd" if g.vendor == "amd" else "nvidia",
+                ops=list(g.ops),
+                expect=dict(g.expect),
+            )
             for g in self.gpus
             if not g.unchanged
         ]
@@ -106,7 +119,18 @@ def plan_host(
             plan.gpus.append(_diff_gpu(host, target))
         except lay.PlanError as exc:
             plan.errors.append(str(exc))
+    plan.errors.extend(str(e) for e in reach.hive_conflicts(host, facts, selection.targets))
+    _mark_reach(facts, plan)
     return plan
+
+
+def _mark_reach(facts: Mapping[str, Any], plan: HostPlan) -> None:
+    for diff in plan.gpus:
+        diff.also_changes = reach.also_changed(facts, diff.index, diff.ops)
+        if diff.also_changes:  # the confirmation and the plan name them, not only this GPU
+            diff.notes.append(
+                f"also changes GPU(s) {reach.spans(diff.also_changes)} (same card or xGMI hive)"
+            )
 
 
 def reset_plan(host: str, facts: Mapping[str, Any]) -> HostPlan:
@@ -141,6 +165,7 @@ def reset_plan(host: str, facts: Mapping[str, Any]) -> HostPlan:
                 plan.gpus.append(_diff_gpu(host, target))
             except lay.PlanError as exc:
                 plan.errors.append(str(exc))
+    _mark_reach(facts, plan)
     return plan
 
 
@@ -155,6 +180,7 @@ def _diff_gpu(host: str, target: lay.GpuTarget) -> GpuDiff:
         vendor=str(gpu.get("vendor") or ""),
         current=lay.current_summary(gpu),
         desired="",
+        expect=expected_state(gpu),
     )
     mig_after = _mig_diff(host, target, ops, notes, diff) if target.mig else None
     if mig_after is None and lay.mig_capable(gpu):
@@ -176,9 +202,17 @@ def _mig_diff(
     gpu = target.gpu
     enabled_now = lay.mig_enabled_now(gpu)
     current = lay.current_gis(gpu)
-    pending = (gpu.get("mig") or {}).get("pending")
-    if pending and pending != (gpu.get("mig") or {}).get("mode"):
-        notes.append(f"MIG mode change to {pending} is pending a GPU reset")
+    # A mode change left pending (Ampere, until a reset) takes effect at the next reset or
+    # reboot: a GPU whose current mode is right but whose pending one is not is not right.
+    pending = lay.mig_pending(gpu)
+    if pending is not None and pending != entry.mig_enabled and enabled_now == entry.mig_enabled:
+        ops.mig_mode.append({"op": "set_mig_mode", "enabled": entry.mig_enabled})
+        notes.append(
+            f"cancels the pending MIG {'enable' if pending else 'disable'}, "
+            "which the next GPU reset would carry out"
+        )
+    elif pending is not None and pending != enabled_now:
+        notes.append(f"MIG mode change to {lay.mode_word(pending)} is pending a GPU reset")
     if not entry.mig_enabled:
         _destroy(current, ops)
         if enabled_now:

@@ -27,16 +27,30 @@ def held_gpus(state: State, now: str) -> dict[tuple[str, int], list[str]]:
 
 
 def keep_held_gpus(plans: Iterable[HostPlan], held: dict[tuple[str, int], list[str]]) -> list[str]:
-    """Leave every GPU that holds allocations as it is (its ops dropped); one message per
-    GPU so left."""
+    """Leave every GPU that holds allocations as it is (its ops dropped), and every GPU
+    whose ops would change a held one too (an AMD card's other partitions, its hive); one
+    message per GPU so left."""
     messages = []
     for plan in plans:
         for diff in plan.gpus:
+            if not diff.ops:
+                continue
             owners = held.get((plan.host, diff.index))
-            if owners and diff.ops:
+            if owners:
                 diff.ops = []
                 messages.append(
                     f"{plan.host} GPU {diff.index}: left as it is, its slices are held by "
                     f"{', '.join(sorted(owners))} (release them first, or use --force)"
+                )
+                continue
+            reached = [
+                (i, held[(plan.host, i)]) for i in diff.also_changes if (plan.host, i) in held
+            ]
+            if reached:
+                diff.ops = []
+                others = "; ".join(f"GPU {i} by {', '.join(sorted(o))}" for i, o in reached)
+                messages.append(
+                    f"{plan.host} GPU {diff.index}: left as it is, its change would also change "
+                    f"GPUs whose slices are held ({others}; release them first, or use --force)"
                 )
     return messages

@@ -174,6 +174,16 @@ def mig_enabled_now(gpu: Mapping[str, Any]) -> bool:
     return (gpu.get("mig") or {}).get("mode") == "enabled"
 
 
+def mig_pending(gpu: Mapping[str, Any]) -> bool | None:
+    """The MIG mode the next GPU reset brings (True: enabled); None when not reported."""
+    pending = (gpu.get("mig") or {}).get("pending")
+    return None if pending not in ("enabled", "disabled") else pending == "enabled"
+
+
+def mode_word(enabled: bool) -> str:
+    return "enabled" if enabled else "disabled"
+
+
 def geometry_for(
     entry: SpecEntry, host: str, gpu: Mapping[str, Any]
 ) -> tuple[catalog.MigGeometry, list[str]]:
@@ -505,4 +515,8 @@ def current_summary(gpu: Mapping[str, Any]) -> str:
     if part and part.get("compute"):
         amd = (str(part.get("compute")), str(part.get("memory")))
     vfs = int((gpu.get("sriov") or {}).get("num_vfs") or 0)
-    return state_summary(gpu, mig, amd, vfs)
+    text = state_summary(gpu, mig, amd, vfs)
+    pending = mig_pending(gpu)
+    if mig is not None and pending is not None and pending != mig[0]:
+        text += f" (MIG {'enable' if pending else 'disable'} pending a reset)"
+    return text

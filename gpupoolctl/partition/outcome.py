@@ -2,7 +2,8 @@
 
 The agent's `partition` verb answers per GPU (gpupoolctl.agent.partition); this joins each
 answer with the plan it was sent (the GPU's model and how many ops it had), and says whether
-the whole run failed: a host's request did not come back ok, or a GPU did not end ok.
+the whole run failed: a host's request did not come back ok, a hook failed, or a GPU did not
+end ok.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class ApplyOutcome:
     ("unchanged" when nothing was sent), error, gpus (the agent's GpuOutcome plus the plan's
     model and op count), hooks, stopped_by, warnings. `failed_requests`: the hosts whose
     request did not come back ok, in the same order. `failed`: some request failed or some
-    GPU did not end ok."""
+    GPU did not end ok, or some hook failed."""
 
     hosts: list[dict[str, Any]] = field(default_factory=list)
     failed_requests: list[str] = field(default_factory=list)
@@ -59,6 +60,10 @@ def merge_outcomes(plans: Sequence[HostPlan], results: Mapping[str, RequestResul
         if result is not None and not result.ok:
             merged.failed = True
             merged.failed_requests.append(plan.host)
+        # A failed hook fails the host too: apply-exit typically restarts what pre-apply
+        # stopped (kubelet, dcgm), and a node left without it is not "done".
+        if any(not hook.get("ok") for hook in entry["hooks"]):
+            merged.failed = True
         for outcome in answer.get("gpus", []):
             diff = diffs.get(outcome["index"])
             model = diff.model if diff is not None else None

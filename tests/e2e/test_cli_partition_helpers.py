@@ -156,3 +156,26 @@ def test_names_filled_from_the_catalog_are_not_compared() -> None:
         profile["name_source"] = "catalog"
     assert compare([host_with(table)], None)[1] == []
     assert compare([host_with(table)], "A100-SXM4-40GB") == ([], [])
+
+
+# -- the confirmation on a terminal --------------------------------------------------------------
+
+
+def test_confirmation_names_the_gpus_a_change_also_reaches(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import typer
+
+    from gpupoolctl.cli import partition_cmd
+    from tests.unit.test_partition_reach import CPX_NPS4, mi300x_gpu, plan_of, with_matrix
+
+    node = with_matrix([mi300x_gpu(i) for i in range(3)], [0, 0, 0])
+    for i, gpu in enumerate(node["gpus"]):
+        gpu["pci_bus_id"] = f"0000:{i + 5:02x}:00.0"
+    asked: list[str] = []
+    monkeypatch.setattr(typer, "confirm", lambda text, **_: asked.append(text) or True)
+    partition_cmd._confirm([plan_of(CPX_NPS4.format(index=1), node)], yes=False)
+    assert asked == ["Change 1 GPU(s) on 1 host(s)?"]
+    assert "n1 GPU 1: SPX/NPS1 -> CPX/NPS4 (2 ops, also changes GPU(s) 0, 2)" in (
+        capsys.readouterr().err
+    )

@@ -331,6 +331,23 @@ def test_ampere_mode_change_waits_for_a_reset(node: Callable[[str], Node]) -> No
     assert "1 operation(s) wait for it" in more["error"]
 
 
+def test_cancelling_a_pending_mode_does_not_wait_for_running_work(
+    node: Callable[[str], Node],
+) -> None:
+    n = node("a100-pcie-4")
+    with n.state.mutate() as data:
+        data["nvidia"]["gpus"][0]["mig"]["reset_required"] = True
+    assert n.partition([(0, [ENABLE])])["gpus"][0]["reset_required"]
+    fake_nvml.sim_add_process(n.state, 0, pid=31337, name="train")
+    # Disabling a card whose MIG is off only withdraws the pending enable: the job is not
+    # touched, so it is no reason to refuse.
+    cancel = n.partition([(0, [DISABLE])])["gpus"][0]
+    assert cancel == {**cancel, "ok": True, "applied": 1, "reset_required": False}, cancel
+    assert layout(n.gpu(0))[:2] == ("disabled", "disabled")
+    # Enabling it for real is a whole-card change, and the job is in the way.
+    assert "busy: pid 31337 (train)" in n.partition([(0, [ENABLE])])["gpus"][0]["error"]
+
+
 # -- AMD ---------------------------------------------------------------------------------------
 
 

@@ -1,7 +1,8 @@
 """The agent's `partition` verb: apply per-GPU partition plans, restoring a GPU on failure.
 
 Request (`args` of {"verb": "partition"}; gpupoolctl.hw.ops.PartitionRequestArgs):
-    {"gpus": [{"index": 3, "uuid": "GPU-...", "vendor": "nvidia", "ops": [<op>, ...]}, ...],
+    {"gpus": [{"index": 3, "uuid": "GPU-...", "vendor": "nvidia", "ops": [<op>, ...],
+               "expect": {...}}, ...],     # optional: the state it was planned from (expect.py)
      "force": false,
      "hooks": {"apply-start": [["argv0", "arg", ...], ...], "pre-apply-mode": [...],
                "pre-apply-config": [...], "apply-exit": [...]}}      # optional
@@ -16,11 +17,14 @@ Response data:
 GpuOutcome (gpupoolctl.hw.ops): index, uuid, ok, applied, error, rolled_back,
 rollback_error, reset_required.
 
-Per GPU, in order: the GPU is found by index and its uuid checked (a plan made for another
-card is refused); running processes refuse it unless `force`; its layout is snapshotted; the
-ops run in the given order. If one fails, the snapshot is restored (what was created is
-destroyed, what was destroyed is recreated at the same placements, modes are put back) and
-the result is verified against the snapshot. GPUs are independent of each other.
+The whole run holds the node's partition lock (lock.py): a second run meanwhile is refused
+whole, before any hook. Every GPU is found by index and its uuid checked (a plan made for
+another card is refused), and compared with the state its plan was made from (a GPU that
+changed since is refused); then per GPU, in order: running processes refuse it unless
+`force`; its layout is snapshotted; the ops run in the given order. If one fails, the
+snapshot is restored (what was created is destroyed, what was destroyed is recreated at the
+same placements, modes are put back) and the result is verified against the snapshot. GPUs
+are independent of each other.
 
 Hooks run like NVIDIA mig-parted's: apply-start first, pre-apply-mode when some GPU changes a
 mode, pre-apply-config when some GPU changes at all, apply-exit always, last. A failing

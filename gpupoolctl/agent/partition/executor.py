@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpupoolctl.agent.partition.base import Card, OpFailed, ResetPending
+from gpupoolctl.agent.partition.expect import differences, from_snapshot
 from gpupoolctl.agent.partition.hooks import HookRunner
+from gpupoolctl.agent.partition.lock import NodeBusy, node_lock
 from gpupoolctl.agent.partition.request import GpuRequest, Request
 from gpupoolctl.hw.ops import GpuOutcome, describe
 
@@ -35,18 +37,24 @@ def apply(request: Request) -> dict[str, Any]:
     # Vendor libraries and hooks' children must never write into our one JSON answer.
     with _stdout_to_stderr():
         try:
-            failure = hooks.run("apply-start")
-            if failure is None and request.changes_mode:
-                failure = hooks.run("pre-apply-mode")
-            if failure is None and request.changes_config:
-                failure = hooks.run("pre-apply-config")
-            if failure is not None:
-                stopped_by = hooks.results[-1]["hook"]
-                outcomes = [_outcome(gpu, error=f"not applied: {failure}") for gpu in request.gpus]
-            else:
-                outcomes = _run_gpus(request, warnings)
-        finally:
-            hooks.run("apply-exit")  # like mig-parted's deferred apply-exit: always
+            with node_lock():
+                try:
+                    failure = hooks.run("apply-start")
+                    if failure is None and request.changes_mode:
+                        failure = hooks.run("pre-apply-mode")
+                    if failure is None and request.changes_config:
+                        failure = hooks.run("pre-apply-config")
+                    if failure is not None:
+                        stopped_by = hooks.results[-1]["hook"]
+                        outcomes = [
+                            _outcome(gpu, error=f"not applied: {failure}") for gpu in request.gpus
+                        ]
+                    else:
+                        outcomes = _run_gpus(request, warnings)
+                finally:
+                    hooks.run("apply-exit")  # like mig-parted's deferred apply-exit: always
+        except NodeBusy as exc:  # nothing ran, not even a hook
+            outcomes = [_outcome(gpu, error=str(exc)) for gpu in request.gpus]
     return {
         "gpus": outcomes,
         "hooks": hooks.results,
@@ -60,8 +68,11 @@ def _run_gpus(request: Request, warnings: list[str]) -> list[GpuOutcome]:
 
     node = open_node()
     try:
-        # Resolve every GPU first: a partition change may renumber those after it.
+        # Resolve every GPU first: a partition change may renumber those after it. And check
+        # every GPU against its plan before any op runs: an AMD card's ops move the others of
+        # its hive on purpose.
         cards = [node.resolve(gpu.index, gpu.uuid, gpu.vendor) for gpu in request.gpus]
+        cards = [_as_planned(gpu, card) for gpu, card in zip(request.gpus, cards, strict=True)]
         outcomes: list[GpuOutcome] = []
         finals: list[tuple[Card, dict[str, Any]]] = []
         for gpu, card in zip(request.gpus, cards, strict=True):
@@ -76,6 +87,22 @@ def _run_gpus(request: Request, warnings: list[str]) -> list[GpuOutcome]:
         return outcomes
     finally:
         node.close()
+
+
+def _as_planned(gpu: GpuRequest, card: Card | str) -> Card | str:
+    """The card, or why it is refused: it is no longer in the state its plan was made from."""
+    if isinstance(card, str) or gpu.expect is None or not gpu.ops:
+        return card
+    try:
+        moved = differences(gpu.expect, from_snapshot(card.snapshot()))
+    except Exception as exc:
+        return f"before any change: {_message(exc)}"
+    if not moved:
+        return card
+    return (
+        f"changed since the plan was made ({'; '.join(moved)}): nothing was done to it; "
+        "take facts and plan again"
+    )
 
 
 def run_gpu(gpu: GpuRequest, card: Card, force: bool) -> tuple[GpuOutcome, dict[str, Any] | None]:

@@ -229,7 +229,18 @@ class NvidiaCard:
 
     def blockers(self, ops: list[dict[str, Any]]) -> list[str]:
         names = {op["op"] for op in ops}
-        whole_card = "set_mig_mode" in names
+        whole_card = False
+        if "set_mig_mode" in names:
+            # Setting the mode the card already has only cancels a pending change: no reset,
+            # nothing running is touched.
+            try:
+                modes = self._modes()
+            except OpFailed as exc:
+                return [str(exc)]
+            current = None if modes is None else modes[0]
+            whole_card = any(
+                op["op"] == "set_mig_mode" and int(bool(op["enabled"])) != current for op in ops
+            )
         destroyed = {int(op["gi"]) for op in ops if op["op"] in ("destroy_gi", "destroy_ci")}
         if not whole_card and not destroyed:
             return []  # only creating in free slots: running jobs elsewhere are not touched

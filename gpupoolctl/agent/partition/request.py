@@ -40,6 +40,7 @@ class GpuRequest:
     uuid: str
     vendor: str
     ops: list[dict[str, Any]]
+    expect: dict[str, Any] | None = None  # the state the plan was made from (partition.expect)
 
 
 @dataclass
@@ -106,7 +107,10 @@ def _check_gpu(raw: Any, position: int) -> GpuRequest:
     for i, op in enumerate(checked):
         if op["op"] not in VENDOR_OPS[vendor]:
             raise _bad(f"{where}.ops[{i}]: {op['op']} is not an operation for {vendor} GPUs")
-    return GpuRequest(index=index, uuid=uuid, vendor=vendor, ops=checked)
+    expect = raw.get("expect")
+    if expect is not None and not isinstance(expect, dict):
+        raise _bad(f"{where}: 'expect' must be an object (the state the plan was made from)")
+    return GpuRequest(index=index, uuid=uuid, vendor=vendor, ops=checked, expect=expect)
 
 
 def _check_hooks(raw: Any) -> dict[str, list[list[str]]]:
