@@ -2,7 +2,7 @@
 
 - a whole GPU (MIG off or not capable, AMD SPX, no SR-IOV VFs):  host/gpu3
 - a MIG GPU instance (the unit of memory isolation):             host/gpu6/mig-1g.10gb@0
-- an AMD compute partition (each is a logical GPU in facts):      host/gpu12 (kind partition)
+- an AMD compute partition (each is a logical GPU in facts):      host/gpu12/cpx-nps4
 - an SR-IOV virtual function:                                     host/gpu0/vf2
 
 Every slice also names its `island` (`host/island0`): the GPUs joined by NVLink or xGMI,
@@ -82,9 +82,13 @@ def _gpu_slices(host: str, gpu: dict[str, Any], island: str) -> list[dict[str, A
     partition = gpu.get("partition") or {}
     compute = partition.get("compute")
     split = compute not in (None, "SPX")
+    # A partition's id names its modes: partition 0 of a card cut to CPX is the card's
+    # logical GPU 0, as the whole card was, and a hold on the whole card must not quietly
+    # become a hold on an eighth of it.
+    mode = f"/{str(compute).lower()}-{str(partition.get('memory')).lower()}" if split else ""
     return [
         {
-            "id": base,
+            "id": base + mode,
             "kind": "partition" if split else "gpu",
             "profile": f"{compute}/{partition.get('memory')}" if split else None,
             "memory_mib": total,

@@ -254,12 +254,35 @@ def test_slices_from_facts_covers_every_kind():
         "h/gpu0",
         "h/gpu1/mig-1g.10gb@0",
         "h/gpu1/mig-3g.40gb@4",
-        "h/gpu2",
+        "h/gpu2/cpx-nps4",
         "h/gpu3/vf0",
         "h/gpu3/vf1",
     ]
     assert found["h/gpu0"]["kind"] == "gpu" and found["h/gpu0"]["uuid"] == "GPU-a"
     assert found["h/gpu1/mig-3g.40gb@4"]["uuid"] == "MIG-x"
     assert found["h/gpu1/mig-1g.10gb@0"]["uuid"] == "GPU-b/gi1"
-    assert found["h/gpu2"]["kind"] == "partition" and found["h/gpu2"]["profile"] == "CPX/NPS4"
+    cpx = found["h/gpu2/cpx-nps4"]
+    assert cpx["kind"] == "partition" and cpx["profile"] == "CPX/NPS4"
     assert found["h/gpu3/vf1"]["memory_mib"] == 98296
+
+
+def test_a_hold_on_a_whole_amd_card_ends_when_the_card_is_cut_into_partitions(ledger):
+    whole = {"index": 0, "uuid": "GPU-m", "vendor": "amd", "memory_total_mib": 196592,
+             "partition": {"compute": "SPX", "memory": "NPS1"}}  # fmt: skip
+    ledger.refresh_from_facts([_Facts("m", {"gpus": [whole]})])
+    held = ledger.alloc(Request(host="m"), owner="amy").value
+    assert held.slices == ["m/gpu0"]
+    # `partition apply --force` cut it to CPX: logical GPU 0 is now its first partition,
+    # with the same index (and, on the simulator, the same uuid) as the whole card had.
+    cut = [dict(whole, index=k, partition={"compute": "CPX", "memory": "NPS4"},
+                memory_total_mib=24576) for k in range(8)]  # fmt: skip
+    ledger.refresh_from_facts([_Facts("m", {"gpus": cut})])
+    report = ledger.verify()
+    assert not report.ok
+    assert [(p.kind, p.where) for p in report.problems] == [("orphan", held.id)]
+    assert "m/gpu0/cpx-nps4" in ledger.read().state.slices
+
+
+class _Facts:
+    def __init__(self, name: str, data: dict) -> None:
+        self.name, self.data, self.ok = name, data, True
