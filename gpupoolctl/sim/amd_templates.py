@@ -18,7 +18,8 @@ partition) from it: CUs, VRAM and the BDF function number are split per partitio
      "vram": {"type", "vendor", "size_mb", "bit_width", "max_bandwidth_gbps", "used_mb"},
      "compute_partition": "SPX", "memory_partition": "NPS1",
      "virtualization": "BAREMETAL" | "HOST" | "GUEST" | "PASSTHROUGH",
-     "sriov": null | {"total_vfs": 8, "num_vfs": 0, "pf_driver": "gim"},
+     "sriov": null | {"total_vfs": 8, "num_vfs": 0, "pf_driver": "gim",
+                      "vfs": {"0": {"driver": "vfio-pci", "open": true}}},   # optional
      "activity": {"gfx": 0, "umc": 0, "mm": 0},
      "processes": [{"pid", "name", "vram_mb", "partition", "gfx"}]}
 
@@ -27,6 +28,10 @@ has no sriov_configure hook, so no VF could be enabled there; and we do not know
 MI300X's SR-IOV capability advertises on such a host, so we do not invent a number. The
 "-sriov" template models an MxGPU host (GIM as PF driver): 8 VFs at most, per the GIM release
 notes (1 VF in any mode, 8 only in CPX+NPS4).
+
+VF bindings ("vfs", by VF index; absent: unbound): the driver bound to the VF, and "open" when
+a user (a VM's qemu) has it open through vfio. Changing num_vfs drops them all, as the kernel
+removes the VF devices. gpupoolctl.sim.amdsmi writes them out as PCI sysfs for the agent.
 """
 
 from __future__ import annotations

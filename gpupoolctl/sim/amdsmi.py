@@ -21,7 +21,12 @@ Sim-only extras (not in the real amdsmi; names start with gpupool_ or sim_):
   kernel's write semantics (ERANGE above total, EBUSY from one non-zero count to another,
   ENOENT when the PF driver has no sriov_configure). The agent reads sysfs through
   `read_text(path)` / `write_text(path, text)`: real files on a node, this object in the sim.
-- `sim_add_process`, `sim_clear_processes`, `sim_inject_fault`, `sim_clear_faults`.
+- `gpupool_sim_pci_root()`: the cards' VFs as a PCI sysfs tree written out as real files and
+  links (virtfnN, driver, enable, iommu_group), and the root to read it under; the agent's
+  sysfs reader (gpupoolctl.agent.sriov) runs on it unchanged. VF bindings come from
+  state["amd"]["gpus"][i]["sriov"]["vfs"] (gpupoolctl.sim.amd_templates).
+- `sim_add_process`, `sim_clear_processes`, `sim_bind_vf`, `sim_inject_fault`,
+  `sim_clear_faults`.
 
 An older amdsmi: with state["amd"]["process_handles"] true the process calls take amdsmi
 6.0.x's shape (PyPI amdsmi 6.0.2 amdsmi_interface.py): amdsmi_get_gpu_process_list returns
@@ -41,8 +46,14 @@ from __future__ import annotations
 
 import ctypes
 import errno as _errno
+import hashlib
+import json
+import os
 import re
+import shutil
+import tempfile
 from enum import IntEnum
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -988,9 +999,89 @@ def _store_numvfs(gpu: dict[str, Any], wanted: int, path: str) -> None:
         if wanted not in offered:
             raise _os_error(_errno.EINVAL, path)  # GIM's sriov_configure refuses the count
     sriov["num_vfs"] = wanted
+    # The old VF devices are gone, whoever held them; new ones come up unbound.
+    sriov.pop("vfs", None)
 
 
 gpupool_sim_sysfs = SimSysfs()
+
+
+def vf_bdf(pf_bdf: str, vf: int) -> str:
+    """Where the sim puts VF `vf` of a card: device 2 onwards of the PF's bus (the real offset
+    and stride come from the card's SR-IOV capability; these are the sim's own)."""
+    return f"{pf_bdf[:8]}{2 + vf // 8:02x}.{vf % 8}"
+
+
+def _pci_tree() -> tuple[dict[str, str], dict[str, str]]:
+    """(files, links) of the simulated cards' PCI sysfs, relative to the root."""
+    from gpupoolctl.agent.sriov import is_vfio
+
+    files: dict[str, str] = {}
+    links: dict[str, str] = {}
+    for gpu in _gpus():
+        sriov = gpu.get("sriov")
+        if not sriov:
+            continue
+        pf = str(gpu["bdf"]).lower()
+        base = f"sys/bus/pci/devices/{pf}"
+        files[f"{base}/sriov_totalvfs"] = f"{int(sriov['total_vfs'])}\n"
+        files[f"{base}/sriov_numvfs"] = f"{int(sriov['num_vfs'])}\n"
+        bindings = sriov.get("vfs") or {}
+        for n in range(int(sriov["num_vfs"])):
+            vf = vf_bdf(pf, n)
+            here = f"sys/bus/pci/devices/{vf}"
+            links[f"{base}/virtfn{n}"] = f"../{vf}"
+            links[f"{here}/physfn"] = f"../{pf}"
+            group = 100 + 16 * int(gpu["index"]) + n
+            links[f"{here}/iommu_group"] = f"../../../../kernel/iommu_groups/{group}"
+            files[f"sys/kernel/iommu_groups/{group}/type"] = "DMA\n"
+            binding = bindings.get(str(n)) or {}
+            driver = binding.get("driver")
+            # The kernel's enable count: a host driver enables the device when it binds,
+            # vfio-pci only while a user (a VM) has it open.
+            enabled = bool(driver) and (bool(binding.get("open")) or not is_vfio(str(driver)))
+            files[f"{here}/enable"] = "1\n" if enabled else "0\n"
+            if driver:
+                links[f"{here}/driver"] = f"../../drivers/{driver}"
+                files[f"sys/bus/pci/drivers/{driver}/uevent"] = f"DRIVER={driver}\n"
+    return files, links
+
+
+def gpupool_sim_pci_root() -> str:
+    """Sim-only: write the cards' VFs out as a PCI sysfs tree; the root to read it under.
+
+    Trees are named by their content, so an unchanged state is not written again and a
+    reader never sees a half-written tree; older ones are removed."""
+    if _state is None:
+        raise RuntimeError("gpupoolctl.sim.amdsmi is not bound to a state (call bind())")
+    _state.refresh()
+    files, links = _pci_tree()
+    digest = hashlib.sha256(json.dumps([files, links], sort_keys=True).encode()).hexdigest()
+    home = _state.path.with_name(_state.path.name + ".pci")
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tree = home / digest[:16]
+    if not tree.is_dir():
+        _write_tree(home, tree, files, links)
+    for other in home.iterdir():
+        if other != tree and not other.name.startswith("."):
+            shutil.rmtree(other, ignore_errors=True)
+    return str(tree)
+
+
+def _write_tree(home: Path, tree: Path, files: dict[str, str], links: dict[str, str]) -> None:
+    scratch = Path(tempfile.mkdtemp(prefix=".tmp-", dir=home))
+    try:
+        for relative, text in files.items():
+            (scratch / relative).parent.mkdir(parents=True, exist_ok=True)
+            (scratch / relative).write_text(text, encoding="ascii")
+        for relative, target in links.items():
+            (scratch / relative).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(target, scratch / relative)
+        os.rename(scratch, tree)
+    except OSError:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if not tree.is_dir():  # not another agent's identical tree winning the rename
+            raise
 
 
 # -- sim-only: test and scenario helpers -------------------------------------------------------
@@ -1010,6 +1101,20 @@ def sim_add_process(
         data["amd"]["gpus"][gpu].setdefault("processes", []).append(
             {"pid": pid, "name": name, "vram_mb": vram_mb, "partition": partition, "gfx": gfx}
         )
+
+
+def sim_bind_vf(gpu: int, vf: int, driver: str | None = "vfio-pci", in_use: bool = False) -> None:
+    """Sim-only: bind VF `vf` of card `gpu` to `driver` (None: unbind); `in_use`: a user, a
+    VM's qemu, has it open through vfio. Enabling or removing VFs drops every binding."""
+    with _mutate_section() as data:
+        sriov = data["amd"]["gpus"][gpu].get("sriov") or {}
+        if not 0 <= vf < int(sriov.get("num_vfs", 0)):
+            raise ValueError(f"card {gpu} has no VF {vf}")
+        bindings = sriov.setdefault("vfs", {})
+        if driver is None:
+            bindings.pop(str(vf), None)
+        else:
+            bindings[str(vf)] = {"driver": driver, "open": in_use}
 
 
 def sim_clear_processes(gpu: int | None = None) -> None:

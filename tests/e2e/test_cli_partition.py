@@ -357,3 +357,38 @@ def test_busy_gpu_is_refused_with_older_vendor_libraries(gp):
     after = layouts(gp, H100, "dxb-mi300x-01")
     assert after[H100][0][1] == "disabled"
     assert after["dxb-mi300x-01"][0][3:5] == ("SPX", "NPS1")
+
+
+def test_reset_leaves_vfs_a_vm_holds_unless_forced(gp):
+    # An MxGPU host: cards 0 and 1 have one VF each; card 0's is open in a VM (vfio-pci).
+    inventory = gp.tmp / "sriov.yaml"
+    hosts = {"mx1": {"transport": "local", "sim": "mi300x-8-sriov"}}
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    state = SimState.open("mx1", "mi300x-8-sriov", gp.sim_dir)
+    with state.mutate() as data:
+        for gpu in data["amd"]["gpus"][:2]:
+            gpu["sriov"]["num_vfs"] = 1
+        data["amd"]["gpus"][0]["sriov"]["vfs"] = {"0": {"driver": "vfio-pci", "open": True}}
+
+    def vf_counts() -> list[int]:
+        run = gp("-i", str(inventory), "inventory", "-o", "json", "-q")
+        assert run.code == 0, run.stderr
+        return [g["sriov"]["num_vfs"] for g in run.json()["hosts"][0]["facts"]["gpus"]]
+
+    reset = ["-i", str(inventory), "partition", "reset", "--yes"]
+    run = gp(*reset, "-o", "json")
+    assert run.code == 3, run.stdout + run.stderr
+    gpus = {g["index"]: g for g in run.json()["hosts"][0]["gpus"]}
+    assert gpus[0]["applied"] == 0 and gpus[0]["error"].startswith(
+        "busy: VF 0000:05:02.0 (virtfn0) is open through vfio-pci"
+    )
+    assert gpus[1]["ok"] and sorted(gpus) == [0, 1]
+    assert vf_counts() == [1, 0, 0, 0, 0, 0, 0, 0]
+    # The table names the GPU and the VF too.
+    table = gp(*reset)
+    assert table.code == 3
+    row = next(line for line in table.stdout.splitlines() if line.split()[:2] == ["mx1", "0"])
+    assert "refused" in row and "VF 0000:05:02.0 (virtfn0)" in row
+    forced = gp(*reset, "--force")
+    assert forced.code == 0, forced.stdout + forced.stderr
+    assert vf_counts() == [0] * 8

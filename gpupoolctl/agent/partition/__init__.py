@@ -20,11 +20,11 @@ rollback_error, reset_required.
 The whole run holds the node's partition lock (lock.py): a second run meanwhile is refused
 whole, before any hook. Every GPU is found by index and its uuid checked (a plan made for
 another card is refused), and compared with the state its plan was made from (a GPU that
-changed since is refused); then per GPU, in order: running processes refuse it unless
-`force`; its layout is snapshotted; the ops run in the given order. If one fails, the
-snapshot is restored (what was created is destroyed, what was destroyed is recreated at the
-same placements, modes are put back) and the result is verified against the snapshot. GPUs
-are independent of each other.
+changed since is refused); then per GPU, in order: running processes, and SR-IOV VFs in use
+when its VF count changes (gpupoolctl.agent.sriov), refuse it unless `force`; its layout is
+snapshotted; the ops run in the given order. If one fails, the snapshot is restored (what was
+created is destroyed, what was destroyed is recreated at the same placements, modes are put
+back) and the result is verified against the snapshot. GPUs are independent of each other.
 
 Hooks run like NVIDIA mig-parted's: apply-start first, pre-apply-mode when some GPU changes a
 mode, pre-apply-config when some GPU changes at all, apply-exit always, last. A failing

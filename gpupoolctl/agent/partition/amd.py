@@ -5,6 +5,10 @@ or merges the card's logical GPUs (and their handles), so a handle is looked up 
 before each call. Memory-partition changes reload the driver for the whole xGMI hive; the sim
 and the hardware refuse them while any card of the hive is busy.
 
+A VF count change removes every VF on the way through 0: before one, the card's VFs are read
+from PCI sysfs (gpupoolctl.agent.sriov) and one held by a VM or a host driver refuses the card
+like a running process does.
+
 Snapshot shape: {"compute": "SPX", "memory": "NPS1", "sriov": null | <num_vfs>,
                  "peers": {"<bdf>": ["SPX", "NPS1"], ...}}
 `peers` are the node's other AMD cards: a memory-partition change (or its undoing) moves every
@@ -18,6 +22,7 @@ import errno
 from collections.abc import Callable
 from typing import Any
 
+from gpupoolctl.agent import sriov
 from gpupoolctl.agent.drivers.amdsmi import (
     Sysfs,
     UnreadableProcess,
@@ -84,6 +89,12 @@ class AmdCard:
         except (OSError, ValueError):
             return None  # no SR-IOV capability (or no PF driver support) on this card
 
+    def _pci_root(self) -> str:
+        # The simulator writes its cards' PCI sysfs out as files and says where; a node has
+        # its own at "/". Either way sriov.py reads it the same way.
+        simulated = getattr(self._lib, "gpupool_sim_pci_root", None)
+        return str(simulated()) if callable(simulated) else "/"
+
     # --- reading --------------------------------------------------------------------------
 
     def _modes(self, handle: Any) -> tuple[str | None, str | None]:
@@ -120,6 +131,26 @@ class AmdCard:
     def blockers(self, ops: list[dict[str, Any]]) -> list[str]:
         if not ops:
             return []
+        return self._process_blockers() + self._vf_blockers(ops)
+
+    def _vf_blockers(self, ops: list[dict[str, Any]]) -> list[str]:
+        """VFs in use (by a VM, or a host driver) that a VF count change would remove: the
+        kernel removes them all on the way through 0, and a guest has no process here."""
+        counts = [int(op["count"]) for op in ops if op["op"] == "set_sriov_vfs"]
+        if not counts:
+            return []
+        try:
+            now = int(self._sysfs.read_text(self._sriov_path()).strip())
+        except FileNotFoundError:
+            return []  # no SR-IOV here, so no VFs (the op itself says so)
+        except (OSError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return [f"cannot tell whether its VFs are in use: sriov_numvfs: {why}"]
+        if now == 0 or all(count == now for count in counts):
+            return []  # no VF exists, or none would be removed
+        return sriov.blockers(self.bdf, now, self._pci_root())
+
+    def _process_blockers(self) -> list[str]:
         out = []
         try:
             handles = self._logical_handles()

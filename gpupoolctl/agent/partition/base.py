@@ -19,7 +19,8 @@ class Card(Protocol):
     vendor: str
 
     def blockers(self, ops: list[dict[str, Any]]) -> list[str]:
-        """Processes that these ops would pull the rug from under, one phrase each."""
+        """What these ops would pull the rug from under (processes, VFs in use), one phrase
+        each; what cannot be read is a phrase too."""
         ...
 
     def snapshot(self) -> dict[str, Any]:
