@@ -63,7 +63,10 @@ def _host_entry(host: HostFacts) -> dict[str, Any]:
 def _plans(spec: Spec, label: str, hosts: list[HostFacts]) -> list[HostPlan]:
     from gpupoolctl.partition import plan_host
 
-    return [plan_host(spec, label, h.name, h.host.groups, h.facts) for h in hosts if h.ok]
+    plans = [plan_host(spec, label, h.name, h.host.groups, h.facts) for h in hosts if h.ok]
+    for message in dict.fromkeys(w for p in plans for w in p.warnings):
+        warn(message)
+    return plans
 
 
 def _load_spec_first(spec_file: Path, label: str) -> Spec:
@@ -190,6 +193,7 @@ def _emit_plans(
                 **_host_entry(h),
                 "changed": by_name[h.name].changed if h.name in by_name else None,
                 "errors": by_name[h.name].errors if h.name in by_name else [],
+                "warnings": by_name[h.name].warnings if h.name in by_name else [],
                 "gpus": [view.gpu_plan_dict(g) for g in by_name[h.name].gpus]
                 if h.name in by_name
                 else [],

@@ -59,6 +59,7 @@ class HostPlan:
     host: str
     gpus: list[GpuDiff] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -113,7 +114,9 @@ def plan_host(
     that concerns one GPU (it lands in `errors`)."""
     entries = spec.config(label)
     selection = lay.select(entries, host, groups, facts)
-    plan = HostPlan(host=host, errors=[str(e) for e in selection.errors])
+    plan = HostPlan(
+        host=host, errors=[str(e) for e in selection.errors], warnings=list(selection.warnings)
+    )
     for target in selection.targets:
         try:
             plan.gpus.append(_diff_gpu(host, target))

@@ -65,6 +65,9 @@ class GpuTarget:
 class Selection:
     targets: list[GpuTarget] = field(default_factory=list)
     errors: list[PlanError] = field(default_factory=list)
+    # Not errors (mig-parted skips them too, and one file may serve hosts of different
+    # sizes), but worth saying: `devices:` indexes this host does not have.
+    warnings: list[str] = field(default_factory=list)
 
 
 def gpu_label(host: str, gpu: Mapping[str, Any]) -> str:
@@ -95,9 +98,17 @@ def select(
     out = Selection()
     by_index: dict[int, GpuTarget] = {}
     gpus = list(facts.get("gpus") or [])
+    present = {int(gpu["index"]) for gpu in gpus}
     for entry in entries:
         if not entry.matches_host(host, groups):
             continue
+        missing = [] if entry.all_devices else sorted(set(entry.devices) - present)
+        if missing and gpus:
+            where = f"{entry.source}:{entry.lines.get('devices', entry.line)}"
+            out.warnings.append(
+                f"{where}: devices {', '.join(map(str, missing))} match no GPU on {host} "
+                f"(it has GPUs {min(present)}-{max(present)}); nothing is done for them"
+            )
         for gpu in gpus:
             if not entry.matches_device(int(gpu["index"]), gpu.get("pci_device_id")):
                 continue

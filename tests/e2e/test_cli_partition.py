@@ -392,3 +392,22 @@ def test_reset_leaves_vfs_a_vm_holds_unless_forced(gp):
     forced = gp(*reset, "--force")
     assert forced.code == 0, forced.stdout + forced.stderr
     assert vf_counts() == [0] * 8
+
+
+def test_devices_a_host_does_not_have_are_named_not_silently_skipped(gp, tmp_path):
+    spec = tmp_path / "typo.yaml"
+    spec.write_text(
+        "version: v1\n"
+        "mig-configs:\n"
+        "  small:\n"
+        "    - devices: [6, 9]\n"
+        "      mig-enabled: true\n"
+        "      mig-devices: {1g.10gb: 7}\n"
+    )
+    run = gp("-q", "partition", "plan", "-f", str(spec), "-c", "small", "-l", H100, "-o", "json")
+    assert run.code == 0, run.stderr
+    said = f"{spec}:4: devices 9 match no GPU on {H100} (it has GPUs 0-7)"
+    assert said in run.stderr and run.stderr.count("\n") == 1
+    (host,) = run.json()["hosts"]
+    assert host["warnings"] == [f"{said}; nothing is done for them"]
+    assert [g["index"] for g in host["gpus"]] == [6]

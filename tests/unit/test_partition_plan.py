@@ -562,3 +562,19 @@ def test_a_model_the_catalog_lacks_plans_from_driver_profiles() -> None:
     assert plan.gpus[0].notes == [
         "no catalog entry for this model: using the driver's MIG profiles"
     ]
+
+
+def test_devices_beyond_the_host_are_warned_not_errors() -> None:
+    spec = parse_spec(
+        "version: v1\nmig-configs:\n  x:\n"
+        "    - devices: [0, 4]\n      mig-enabled: false\n"
+        "    - devices: all\n      mig-enabled: false\n",
+        "s.yaml",
+    )
+    facts = {"gpus": [nvidia_gpu(i) for i in range(2)]}
+    plan = plan_host(spec, "x", "n1", [], facts)
+    assert plan.errors == []
+    assert plan.warnings == [
+        "s.yaml:4: devices 4 match no GPU on n1 (it has GPUs 0-1); nothing is done for them"
+    ]
+    assert plan_host(spec, "x", "n1", [], {"gpus": []}).warnings == []  # nothing read: quiet
