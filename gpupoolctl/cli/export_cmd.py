@@ -253,6 +253,7 @@ def mig_parted(
     from gpupoolctl.partition import export_config
 
     settings: Settings = ctx.obj
+    _refuse_output(settings, (OutputFormat.json, OutputFormat.yaml), "mig-parted")
     _, hosts = _read_nodes(settings)
     _refuse_partial(hosts, "mig-parted")
     config = export_config(_facts(hosts), label=label)
@@ -261,6 +262,14 @@ def mig_parted(
         _write(json.dumps(config, indent=2) + "\n")
     else:
         _write(yaml.safe_dump(config, sort_keys=False, default_flow_style=False))
+
+
+def _folder(value: str) -> Path:
+    """An option naming a folder to write into: empty (an unset shell variable) is refused,
+    not read as the current folder."""
+    if not value:
+        raise typer.BadParameter("must not be empty")
+    return Path(value)
 
 
 # -- prometheus ----------------------------------------------------------------------------
@@ -273,6 +282,8 @@ def prometheus(
         Path | None,
         typer.Option(
             "--textfile",
+            parser=_folder,
+            metavar="<path>",
             help="node_exporter's textfile folder: writes DIR/gpupoolctl.prom atomically. "
             "Default: stdout.",
         ),

@@ -47,16 +47,17 @@ def inventory(
         columns=columns,
         csv_columns=facts_view.GPU_CSV_COLUMNS,
     )
-    if settings.resolved_output() is OutputFormat.table:
-        if topology:
-            for result in results:
-                if result.ok:
-                    _print_topology(settings, result.name, result.data)
+    if topology and settings.resolved_output() is OutputFormat.table:
         for result in results:
-            if not result.ok:
-                warn(f"{result.name}: {result.outcome}: {result.error}")
-        for name, message in facts_view.node_warnings(results):
-            warn(f"{name}: {message}")
+            if result.ok:
+                _print_topology(settings, result.name, result.data)
+    # On stderr whatever the format (and with -q): a CSV has no row for a host that could
+    # not be read, and a script that sees exit 3 needs the reason in its log.
+    for result in results:
+        if not result.ok:
+            warn(f"{result.name}: {result.outcome}: {result.error}")
+    for name, message in facts_view.node_warnings(results):
+        warn(f"{name}: {message}")
     if any(not result.ok for result in results):
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
 

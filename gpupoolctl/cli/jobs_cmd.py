@@ -226,12 +226,13 @@ def submit(
     argv = list(command or [])
     if argv[:1] == ["--"]:
         argv = argv[1:]
+    sized = profile is not None or mem is not None  # "" is a mistake, checked as given
     request = JobRequest(
         gpus=gpus,
         # A job that says nothing about its size gets whole cards: handing `torchrun` a 1g
         # slice because it was the smallest free one would be a surprise, not pooling.
-        profile=profile if profile or mem else "gpu",
-        memory_mib=parse_memory_mib(mem) if mem else None,
+        profile=profile if sized else "gpu",
+        memory_mib=parse_memory_mib(mem) if mem is not None else None,
         vendor=vendor.lower() if vendor else None,
         model=model,
         bandwidth_class=bandwidth,

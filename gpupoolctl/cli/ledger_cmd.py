@@ -205,15 +205,16 @@ def alloc(
     from gpupoolctl.ledger.units import parse_duration, parse_memory_mib
 
     settings: Settings = ctx.obj
+    # An empty value is a mistake (an unset shell variable), never "not given".
     request = Request(
         profile=profile,
-        memory_mib=parse_memory_mib(mem) if mem else None,
+        memory_mib=parse_memory_mib(mem) if mem is not None else None,
         count=count,
         host=host,
         vendor=vendor,
     )
-    life: timedelta | None = parse_duration(ttl) if ttl else None
-    who = owner or current_user()
+    life: timedelta | None = parse_duration(ttl) if ttl is not None else None
+    who = owner if owner is not None else current_user()
     if not who.strip():
         raise UsageError("--owner must not be empty")
     done = open_ledger(settings).alloc(request, owner=who, ttl=life)
@@ -303,9 +304,13 @@ def show(
 
     Without --all or --since, only the records since the last compaction.
     """
+    from gpupoolctl.ledger import OPS
     from gpupoolctl.ledger.units import parse_since
 
     settings: Settings = ctx.obj
+    unknown = [name for name in op or [] if name not in OPS]
+    if unknown:
+        raise UsageError(f"unknown --op {unknown[0]!r}: use {', '.join(OPS)}")
     since_seq, since_ts = parse_since(since)
     ledger = open_ledger(settings)
     found = ledger.history(

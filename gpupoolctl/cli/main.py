@@ -13,7 +13,7 @@ from gpupoolctl.cli.argv import hoist_global_options
 from gpupoolctl.cli.console import error
 from gpupoolctl.cli.lazy import LazyCommand, LazyGroup
 from gpupoolctl.cli.settings import OutputFormat, Settings
-from gpupoolctl.errors import GpupoolError
+from gpupoolctl.errors import ExitCode, GpupoolError
 
 # Every command, in the order `--help` lists them, with the module that defines it: only the
 # module of the command being run is imported (tests check the summaries match the modules').
@@ -84,6 +84,11 @@ COMMANDS = (
         "(node_exporter textfile), Ansible (dynamic inventory).",
     ),
 )
+
+
+# Time-outs are bounded: a day is longer than any remote step takes, and far larger values
+# overflow the clocks they are added to (a traceback, or every host failing).
+MAX_TIMEOUT_S = 86400.0
 
 
 class RootGroup(LazyGroup):
@@ -161,13 +166,20 @@ def root(
         ),
     ] = False,
     connect_timeout: Annotated[
-        float, typer.Option("--connect-timeout", min=0.1, help="Seconds to connect and log in.")
+        float,
+        typer.Option(
+            "--connect-timeout",
+            min=0.1,
+            max=MAX_TIMEOUT_S,
+            help="Seconds to connect and log in.",
+        ),
     ] = 10.0,
     command_timeout: Annotated[
         float | None,
         typer.Option(
             "--command-timeout",
             min=0.1,
+            max=MAX_TIMEOUT_S,
             help="Seconds for the remote work per host. Default: 120, or 900 for partition "
             "apply/reset (an AMD memory-mode change alone takes minutes).",
         ),
@@ -192,11 +204,32 @@ def root(
     )
 
 
+def os_error_message(exc: OSError) -> str:
+    """One line for a file the system refused: the file and each reason, in order.
+
+    `open(..., O_CREAT)` failing with EACCES and then a read-only open of the same file
+    failing with ENOENT says both, because the first is what the person must fix.
+    """
+    reasons: list[str] = []
+    where = None
+    cause: BaseException | None = exc
+    while isinstance(cause, OSError):
+        reason = cause.strerror or str(cause)
+        if reason not in reasons:
+            reasons.insert(0, reason)
+        where = where or cause.filename
+        cause = cause.__cause__ or cause.__context__
+    text = ", then ".join(reasons)
+    return f"{where}: {text}" if where is not None else text
+
+
 def run() -> None:
     """Console-script entry point: library errors become one line and an exit code.
 
-    Typer's standalone mode already turns usage errors into exit 2 and Ctrl-C into "Aborted!";
-    what reaches us here is the library's typed errors, which must never print a traceback.
+    Typer's standalone mode already turns usage errors into exit 2 and Ctrl-C into "Aborted!"
+    (and a closed stdout into exit 1); what reaches us here is the library's typed errors and
+    files the system refused (permissions, a read-only folder), which must never print a
+    traceback.
     """
     from typer.main import get_command
 
@@ -207,6 +240,9 @@ def run() -> None:
     except GpupoolError as exc:
         error(str(exc))
         sys.exit(int(exc.exit_code))
+    except OSError as exc:
+        error(os_error_message(exc))
+        sys.exit(int(ExitCode.ERROR))
 
 
 if __name__ == "__main__":

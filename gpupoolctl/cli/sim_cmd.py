@@ -44,7 +44,10 @@ def reset(ctx: typer.Context) -> None:
         Column("error", "ERROR"),
     ]
     emit(settings, data={"hosts": rows}, rows=rows, columns=columns)
-    if any(not r.ok for r in results):
+    failed = [r for r in results if not r.ok]
+    for result in failed:
+        warn(f"{result.name}: {result.outcome}: {result.error} (not reset)")
+    if failed:
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
 
 

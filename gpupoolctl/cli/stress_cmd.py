@@ -308,6 +308,11 @@ def ramp(
     settings: Settings = ctx.obj
     if backend_name not in BACKENDS:
         raise UsageError(f"unknown backend {backend_name!r}: use {', '.join(BACKENDS)}")
+    for option, path in (("--save", save), ("--report", report)):
+        # Found out before the ramp, not after it has run for an hour (an empty value reads
+        # as the current folder).
+        if path is not None and path.is_dir():
+            raise UsageError(f"{option} {path}: is a folder; give the file to write")
     scenario = _scenario(
         scenario_file,
         {
@@ -350,12 +355,23 @@ def ramp(
         report_html.write_html(outcome, report, baseline)
         notice(f"report written to {report}", quiet=settings.quiet)
     _show(settings, outcome, plot=plot, baseline=baseline)
+    _warn_broken_thresholds(outcome)
     if outcome.stopped_early:
         warn(outcome.stopped_early)
     if runner.interrupted:
         raise typer.Exit(INTERRUPTED)
     if not outcome.thresholds_ok:
         raise typer.Exit(int(ExitCode.CHECK_FAILED))
+
+
+def _warn_broken_thresholds(result: RunResult) -> None:
+    """Each level's broken thresholds on stderr, as `compare` names its regressions: the
+    reason for exit 4 in a cron mail or CI log, whatever the output format, and with -q."""
+    from gpupoolctl.stress.report_text import level_rows
+
+    for level, row in zip(result.levels, level_rows(result), strict=True):
+        if not level.thresholds_ok:
+            warn(f"level {row['level']}: threshold broken: {row['thresholds']}")
 
 
 # -- compare --------------------------------------------------------------------------------

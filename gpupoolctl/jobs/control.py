@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from gpupoolctl.errors import ExitCode
+from gpupoolctl.errors import ExitCode, UsageError
 from gpupoolctl.jobs import reaping, scheduling
 from gpupoolctl.jobs.errors import JobError, NoSuchJob
 from gpupoolctl.jobs.service import Jobs, Outcome, age_s
@@ -138,8 +138,12 @@ def logs(
     """One chunk of the job's output from its node: {text, next_offset, state, ...}."""
     job = find(jobs, job_id)
     nodes = job.get("nodes") or []
-    if host is not None:
-        nodes = [n for n in nodes if n["host"] == host]
+    if host is not None and nodes:
+        chosen = [n for n in nodes if n["host"] == host]
+        if not chosen:
+            names = ", ".join(str(n["host"]) for n in nodes)
+            raise UsageError(f"--host {host}: {job_id} has no node there (its nodes: {names})")
+        nodes = chosen
     if not nodes:
         raise JobError(f"{job_id} has not been launched yet ({job.get('state')}): no output")
     node = nodes[0]
