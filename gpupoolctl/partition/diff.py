@@ -117,9 +117,10 @@ def plan_host(
     plan = HostPlan(
         host=host, errors=[str(e) for e in selection.errors], warnings=list(selection.warnings)
     )
+    memory = reach.hive_memory(facts, selection.targets)
     for target in selection.targets:
         try:
-            plan.gpus.append(_diff_gpu(host, target))
+            plan.gpus.append(_diff_gpu(host, target, memory.get(target.index)))
         except lay.PlanError as exc:
             plan.errors.append(str(exc))
     plan.errors.extend(str(e) for e in reach.hive_conflicts(host, facts, selection.targets))
@@ -172,7 +173,7 @@ def reset_plan(host: str, facts: Mapping[str, Any]) -> HostPlan:
     return plan
 
 
-def _diff_gpu(host: str, target: lay.GpuTarget) -> GpuDiff:
+def _diff_gpu(host: str, target: lay.GpuTarget, hive_memory: str | None = None) -> GpuDiff:
     gpu = target.gpu
     ops = _Ops()
     notes: list[str] = []
@@ -189,7 +190,7 @@ def _diff_gpu(host: str, target: lay.GpuTarget) -> GpuDiff:
     if mig_after is None and lay.mig_capable(gpu):
         gis = [(g.profile, g.ci_names) for g in lay.current_gis(gpu)]
         mig_after = (lay.mig_enabled_now(gpu), gis)
-    amd_after = _amd_diff(host, target, ops, notes)
+    amd_after = _amd_diff(host, target, ops, notes, hive_memory)
     vfs_after = _sriov_diff(host, target, ops, notes, amd_after)
     diff.ops = ops.ordered()
     diff.notes = notes
@@ -370,7 +371,7 @@ def _reset_note(gpu: Mapping[str, Any], notes: list[str]) -> None:
 
 
 def _amd_diff(
-    host: str, target: lay.GpuTarget, ops: _Ops, notes: list[str]
+    host: str, target: lay.GpuTarget, ops: _Ops, notes: list[str], hive_memory: str | None
 ) -> tuple[str, str] | None:
     gpu = target.gpu
     part = gpu.get("partition") or {}
@@ -379,7 +380,7 @@ def _amd_diff(
         if current[0] and current[1]:
             return str(current[0]), str(current[1])
         return None
-    compute, memory = lay.amd_want(target.amd, host, gpu)
+    compute, memory = lay.amd_want(target.amd, host, gpu, hive_memory)
     if memory != current[1]:
         ops.memory.append({"op": "set_memory_partition", "mode": memory})
         notes.append("a memory partition change reloads the amdgpu driver on every GPU of the hive")

@@ -394,8 +394,11 @@ def needs_reset(gpu: Mapping[str, Any]) -> bool:
 # --- AMD and SR-IOV -------------------------------------------------------------------------
 
 
-def amd_want(entry: SpecEntry, host: str, gpu: Mapping[str, Any]) -> tuple[str, str]:
-    """The (compute, memory) pair an entry asks for, completed from the current modes."""
+def amd_want(
+    entry: SpecEntry, host: str, gpu: Mapping[str, Any], hive_memory: str | None = None
+) -> tuple[str, str]:
+    """The (compute, memory) pair an entry asks for, completed from the memory mode its
+    hive must end in (`hive_memory`, see partition.reach), else from the current modes."""
     product = amd_product(gpu)
     assert product is not None  # select() only targets known AMD products
     part = gpu.get("partition") or {}
@@ -428,6 +431,8 @@ def amd_want(entry: SpecEntry, host: str, gpu: Mapping[str, Any]) -> tuple[str, 
             )
         return compute, memory
     if compute is not None:
+        if hive_memory is not None and product.is_allowed(compute, hive_memory):
+            return compute, hive_memory
         if product.is_allowed(compute, cur_m):
             return compute, cur_m
         modes = product.memory_modes_for(compute)

@@ -68,18 +68,17 @@ def spans(indexes: Sequence[int]) -> str:
     return ", ".join(out)
 
 
-def hive_conflicts(
-    host: str, facts: Mapping[str, Any], targets: Sequence[lay.GpuTarget]
-) -> list[lay.PlanError]:
-    """One error per hive for which no memory partition suits every card the label sets:
-    such a label can never hold, and each apply would reload the hive's driver back and
-    forth. A card that names only a compute partition suits the memory modes it pairs with."""
+def _hive_asks(
+    facts: Mapping[str, Any], targets: Sequence[lay.GpuTarget]
+) -> list[tuple[list[lay.GpuTarget], set[str] | None, dict[str, list[tuple[int, str]]]]]:
+    """Per hive the label sets: its cards, the memory modes that suit every card's ask
+    (None: no card asks anything of memory), and what was asked (for messages)."""
     hive = hives(facts)
     members: dict[int, list[lay.GpuTarget]] = {}
     for target in targets:
         if target.amd is not None and target.index in hive:
             members.setdefault(hive[target.index], []).append(target)
-    errors = []
+    out = []
     for group in members.values():
         suits: set[str] | None = None
         asks: dict[str, list[tuple[int, str]]] = {}  # what is asked -> (GPU, file:line)
@@ -100,6 +99,34 @@ def hive_conflicts(
                 continue  # a mode the card lacks: amd_want already says so
             suits = modes if suits is None else suits & modes
             asks.setdefault(str(what), []).append((target.index, entry.where(f"{key}-partition")))
+        out.append((group, suits, asks))
+    return out
+
+
+def hive_memory(facts: Mapping[str, Any], targets: Sequence[lay.GpuTarget]) -> dict[int, str]:
+    """GPU index -> the memory partition its hive must end in, for hives where one suits
+    every card the label sets. A card that names only a compute partition must take that
+    mode, not one chosen from its own current mode alone: the last memory change applied
+    wins for the whole hive. The hive's current mode is kept when it suits."""
+    chosen: dict[int, str] = {}
+    for group, suits, _ in _hive_asks(facts, targets):
+        if not suits:
+            continue
+        current = {str((t.gpu.get("partition") or {}).get("memory")) for t in group}
+        kept = sorted(suits & current)
+        mode = kept[0] if len(current) == 1 and kept else sorted(suits)[0]
+        chosen.update({t.index: mode for t in group})
+    return chosen
+
+
+def hive_conflicts(
+    host: str, facts: Mapping[str, Any], targets: Sequence[lay.GpuTarget]
+) -> list[lay.PlanError]:
+    """One error per hive for which no memory partition suits every card the label sets:
+    such a label can never hold, and each apply would reload the hive's driver back and
+    forth. A card that names only a compute partition suits the memory modes it pairs with."""
+    errors = []
+    for group, suits, asks in _hive_asks(facts, targets):
         if suits is None or suits:
             continue
         first = group[0].amd

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpupoolctl import sim as simulation
@@ -81,6 +81,10 @@ def plan_for(n: Node, asks: list[Any]) -> Any:
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
+# Found by this test: a compute-only ask (CPX on card 1) took its memory mode from its own
+# card (NPS2 is not allowed with CPX, so NPS4) instead of the hive's (NPS1, asked by card 0),
+# and its memory change, applied last, moved the whole hive to CPX/NPS4.
+@example(scenario=([("DPX", "NPS2")] * 8, [(0, None, "NPS1"), (1, "CPX", None)]))
 def test_accepted_hive_labels_hold_after_one_apply(scenario: Any) -> None:
     start, asks = scenario
     with tempfile.TemporaryDirectory() as folder:
