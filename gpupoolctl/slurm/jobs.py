@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
+from gpupoolctl.agent.jobs.control import whole_characters
 from gpupoolctl.errors import ExitCode, UsageError
 from gpupoolctl.jobs.spec import JobSpec
 from gpupoolctl.slurm.client import SlurmClient, SlurmError
@@ -126,8 +127,7 @@ def output(
         ) from None
     except OSError as exc:
         raise SlurmError(f"{path}: cannot read: {exc.strerror}") from None
-    if offset + len(data) < size:
-        data = data[: _whole_characters(data)]  # more follows: never split a character
+    data = whole_characters(data, more=offset + len(data) < size)  # never split a character
     return {
         "text": data.decode("utf-8", errors="replace"),
         "next_offset": offset + len(data),
@@ -135,18 +135,6 @@ def output(
         "active": not job.finished,
         "path": path,
     }
-
-
-def _whole_characters(data: bytes) -> int:
-    """Length of `data` without a UTF-8 sequence cut off at its end."""
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte < 0x80:  # ASCII: everything before it is whole
-            return len(data)
-        if byte >= 0xC0:  # a lead byte: whole if its sequence fits
-            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
-            return len(data) if back >= need else len(data) - back
-    return len(data)
 
 
 def _poll(

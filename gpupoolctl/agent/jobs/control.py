@@ -161,7 +161,7 @@ def _chunk(path: Path, offset: int, limit: int, state: str) -> dict[str, Any]:
                 chunk, start = chunk[1:], start + 1  # from the end: start on a whole character
     except FileNotFoundError:
         size, start, chunk = 0, 0, b""
-    chunk = _whole_characters(chunk, more=start + len(chunk) < size or state == "running")
+    chunk = whole_characters(chunk, more=start + len(chunk) < size or state == "running")
     return {
         "text": chunk.decode("utf-8", "replace"),
         "offset": start,
@@ -170,8 +170,9 @@ def _chunk(path: Path, offset: int, limit: int, state: str) -> dict[str, Any]:
     }
 
 
-def _whole_characters(chunk: bytes, more: bool) -> bytes:
-    """Cut an incomplete UTF-8 sequence off the end; the next chunk starts with it."""
+def whole_characters(chunk: bytes, more: bool) -> bytes:
+    """Cut an incomplete UTF-8 sequence off the end when `more` follows; the next chunk
+    starts with it. The admin side trims what it reads the same way (gpupoolctl.slurm.jobs)."""
     if not more:
         return chunk
     for back in range(1, min(4, len(chunk)) + 1):
