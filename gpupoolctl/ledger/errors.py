@@ -9,6 +9,11 @@ class LedgerError(GpupoolError):
     """A ledger operation could not be done (unknown allocation, unreadable file, ...)."""
 
 
+def holders_text(holders: tuple[tuple[int, str | None], ...]) -> str:
+    """A lock's holders as messages name them: `pid 4242 (gpupoolctl), pid 17`."""
+    return ", ".join(f"pid {pid} ({comm})" if comm else f"pid {pid}" for pid, comm in holders)
+
+
 class LedgerBusy(LedgerError):
     """The ledger lock stayed taken for the whole wait (GPUPOOL_LEDGER_LOCK_TIMEOUT).
 
@@ -30,12 +35,7 @@ class LedgerBusy(LedgerError):
         self.lock = lock
         self.waited = waited
         self.holders = holders
-        if holders:
-            who = "held by " + ", ".join(
-                f"pid {pid} ({comm})" if comm else f"pid {pid}" for pid, comm in holders
-            )
-        else:
-            who = f"holder not known ({unknown_why})"
+        who = f"held by {holders_text(holders)}" if holders else f"holder not known ({unknown_why})"
         super().__init__(
             f"ledger lock {lock} is busy: waited {waited:.1f} s, {who}; "
             f"to wait longer set {env} (seconds; now {timeout:g})"

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gpupoolctl.errors import UsageError
-from gpupoolctl.ledger.errors import LedgerBusy
+from gpupoolctl.ledger.errors import LedgerBusy, holders_text
 from gpupoolctl.ledger.paths import FILE_MODE
 
 TIMEOUT_ENV = "GPUPOOL_LEDGER_LOCK_TIMEOUT"
@@ -139,7 +139,7 @@ def _command(pid: int) -> str | None:
 def waiting_message(path: Path, timeout: float) -> str:
     """What a person waiting for the lock should read: who holds it and for how long we wait."""
     found, why = holders(path)
-    who = ", ".join(f"pid {p}" + (f" ({c})" if c else "") for p, c in found) or why
+    who = holders_text(found) or why
     limit = "without limit" if math.isinf(timeout) else f"up to {timeout:g} s"
     return f"waiting for the ledger lock {path} held by {who}; {limit} ({TIMEOUT_ENV})"
 
