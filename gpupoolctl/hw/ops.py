@@ -86,6 +86,9 @@ class GpuPlan(TypedDict):
     uuid: str  # checked by the agent: a plan made for another card is refused
     vendor: Literal["nvidia", "amd"]
     ops: list[Operation]
+    # The state the plan was made from (agent.partition.expect): a GPU no longer in it is
+    # refused.
+    expect: NotRequired[dict[str, Any]]
 
 
 class PartitionRequestArgs(TypedDict):

@@ -48,12 +48,6 @@ class GpuDiff:
         return not self.ops
 
 
-class _GpuPlan(hwops.GpuPlan):
-    """hw.ops.GpuPlan plus the state it was planned from (agent.partition.expect)."""
-
-    expect: dict[str, Any]
-
-
 @dataclass
 class HostPlan:
     host: str
@@ -68,7 +62,7 @@ class HostPlan:
     def agent_args(self, force: bool) -> hwops.PartitionRequestArgs:
         """The `partition` verb's args for the GPUs that change."""
         plans: list[hwops.GpuPlan] = [
-            _GpuPlan(
+            hwops.GpuPlan(
                 index=g.index,
                 uuid=g.uuid,
                 vendor="amd" if g.vendor == "amd" else "nvidia",
