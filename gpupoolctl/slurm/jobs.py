@@ -127,7 +127,9 @@ def output(
         ) from None
     except OSError as exc:
         raise SlurmError(f"{path}: cannot read: {exc.strerror}") from None
-    data = whole_characters(data, more=offset + len(data) < size)  # never split a character
+    # Never split a character: the rest of it may follow in the file, or (while the job
+    # runs) be written yet.
+    data = whole_characters(data, more=offset + len(data) < size or not job.finished)
     return {
         "text": data.decode("utf-8", errors="replace"),
         "next_offset": offset + len(data),

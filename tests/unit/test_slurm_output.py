@@ -77,3 +77,13 @@ def test_a_file_written_on_another_node_is_named_with_the_node(tmp_path: Path) -
 def test_a_job_slurm_forgot_says_where_to_look() -> None:
     with pytest.raises(SlurmUnknownJob, match=r"slurm-10\.out in the folder it was submitted"):
         output(client_for(None), "10")
+
+
+def test_a_running_jobs_half_written_character_waits_for_the_rest(tmp_path: Path) -> None:
+    path = tmp_path / "slurm-11.out"
+    path.write_bytes("ok é".encode()[:-1])  # the job has written only é's first byte so far
+    running = client_for(SlurmJob("11", state="RUNNING", stdout_path=str(path)))
+    piece = output(running, "11")
+    assert piece["text"] == "ok " and piece["next_offset"] == 3 and piece["active"]
+    path.write_bytes("ok é".encode())
+    assert output(running, "11", offset=piece["next_offset"])["text"] == "é"
