@@ -484,8 +484,16 @@ def logs(
             raise UsageError("--host with --backend slurm: a batch job has one output file")
         client = SlurmClient()
 
+        last: dict[str, Any] = {}
+
         def read(offset: int) -> dict[str, Any]:
-            return slurm_jobs.output(client, job_id, stream=stream, offset=offset)
+            # Ask slurmctld again only when the last chunk was empty (has the job ended?):
+            # reading a long file through is one scontrol call, not one per chunk.
+            known = last["job"] if last.get("text") else None
+            last.update(
+                slurm_jobs.output(client, job_id, stream=stream, offset=offset, known=known)
+            )
+            return last
 
         # Slurm asks clients not to poll slurmctld in tight loops: start slower.
         intervals = slurm_jobs.WAIT_INTERVAL_S

@@ -97,12 +97,14 @@ def output(
     stream: str = "stdout",
     offset: int = 0,
     max_bytes: int = 65536,
+    known: SlurmJob | None = None,
 ) -> dict[str, Any]:
     """One chunk of a job's output file, read on this machine (Slurm writes it on the node
     that runs the batch script: readable here when that folder is shared, or local):
-    {text, next_offset, size, active, path}."""
+    {text, next_offset, size, active, path, job}. `known`: the job as an earlier chunk
+    returned it, to read on without asking slurmctld again."""
     job_id = check_job_id(job_id)
-    job = client.show_job(job_id)
+    job = known if known is not None else client.show_job(job_id)
     if job is None:
         raise SlurmUnknownJob(
             f"Slurm no longer knows job {job_id} (ended longer ago than MinJobAge), so not "
@@ -119,7 +121,14 @@ def output(
             data = handle.read(max_bytes)
     except FileNotFoundError:
         if job.state == "PENDING":  # not started: no file yet
-            return {"text": "", "next_offset": 0, "size": 0, "active": True, "path": path}
+            return {
+                "text": "",
+                "next_offset": 0,
+                "size": 0,
+                "active": True,
+                "path": path,
+                "job": job,
+            }
         where = f" (it ran on {job.nodes})" if job.nodes else ""
         raise SlurmError(
             f"{path}: not on this machine{where}; Slurm writes a job's output on its node, "
@@ -136,6 +145,7 @@ def output(
         "size": size,
         "active": not job.finished,
         "path": path,
+        "job": job,
     }
 
 

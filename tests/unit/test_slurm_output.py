@@ -87,3 +87,29 @@ def test_a_running_jobs_half_written_character_waits_for_the_rest(tmp_path: Path
     assert piece["text"] == "ok " and piece["next_offset"] == 3 and piece["active"]
     path.write_bytes("ok é".encode())
     assert output(running, "11", offset=piece["next_offset"])["text"] == "é"
+
+
+def test_reading_a_long_file_asks_slurmctld_once_not_per_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import stat
+    import sys
+
+    from gpupoolctl.cli.main import run
+
+    log = tmp_path / "slurm-12.out"
+    log.write_text("line\n" * 40_000)  # 200 kB: four chunks of 64 KiB
+    calls = tmp_path / "calls"
+    show = SHOW.replace("JobId=42", "JobId=12").replace("RUNNING", "COMPLETED")
+    show = show.replace("/shared/slurm-42.out", str(log)).replace("Reason=None", "ExitCode=0:0")
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\necho \'{show}\'\n')
+    scontrol.chmod(scontrol.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setattr(sys, "argv", ["gpupoolctl", "logs", "--backend", "slurm", "12"])
+    with pytest.raises(SystemExit) as done:
+        run()
+    assert done.value.code == 0
+    out, _ = capsys.readouterr()
+    assert out == log.read_text()
+    assert calls.read_text().splitlines() == ["show job -o 12"]
