@@ -215,7 +215,8 @@ def submit(
     slurm` names it (--profile 1g.10gb -> h100_1g.10gb). --same-island, --preemptible,
     --bandwidth, --vendor, --policy and --grace are refused (exit 2); --mem asks for any GPU.
     --dry-run is sbatch --test-only; --wait follows the state (not the output) and exits
-    with the job's exit code. Output goes where sbatch puts it (slurm-<id>.out).
+    with the job's exit code. Output goes where sbatch puts it (slurm-<id>.out; `logs
+    --backend slurm ID` reads it).
     """
     from gpupoolctl.jobs import JobSpec, NeverFits
     from gpupoolctl.jobs.spec import parse_env
