@@ -28,10 +28,14 @@ def jobs_root(host: str, sim: dict[str, Any] | None) -> Path:
         base = Path(state_dir) if state_dir else default_state_dir()
         # The same name-cleaning as the node's state file: one folder per simulated node.
         return (base / "jobs" / SimState.path_for(host or "_", base).stem).absolute()
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+    return (Path(state_home()) / "gpupoolctl" / "jobs").absolute()
+
+
+def state_home() -> str:
+    """The user's state folder on this node: $XDG_STATE_HOME, else ~/.local/state."""
+    return os.environ.get("XDG_STATE_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "state"
     )
-    return (Path(state) / "gpupoolctl" / "jobs").absolute()
 
 
 def ensure_root(root: Path) -> None:

@@ -20,6 +20,8 @@ import os
 import sys
 from collections.abc import Iterator
 
+from gpupoolctl.agent.jobs.paths import state_home
+
 LOCK_NAME = "gpupoolctl-partition.lock"
 SHARED_FOLDERS = ("/run/lock", "/var/lock")
 
@@ -46,10 +48,7 @@ def lock_paths() -> list[str]:
     if simulated is not None:
         return [simulated + ".partition.lock"]
     out = [os.path.join(folder, LOCK_NAME) for folder in SHARED_FOLDERS if os.path.isdir(folder)]
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    out.append(os.path.join(state, "gpupoolctl", "partition.lock"))
+    out.append(os.path.join(state_home(), "gpupoolctl", "partition.lock"))
     return out
 
 
