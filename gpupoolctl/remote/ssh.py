@@ -208,10 +208,9 @@ def _exec(
         channel.exec_command(command)
         channel.sendall(stdin_data)
         channel.shutdown_write()
-        stdout: list[bytes] = []
-        stderr: list[bytes] = []
+        answer = _Answer()
         while True:
-            _drain(channel, stdout, stderr)
+            answer.drain(channel)
             if channel.eof_received or channel.closed:
                 break
             remaining = deadline - time.monotonic()
@@ -222,19 +221,31 @@ def _exec(
         remaining = deadline - time.monotonic()
         if not channel.status_event.wait(max(0.0, remaining)):
             raise TimeoutError
-        _drain(channel, stdout, stderr)
-        return channel.recv_exit_status(), b"".join(stdout), b"".join(stderr)
+        answer.drain(channel)
+        return channel.recv_exit_status(), b"".join(answer.stdout), b"".join(answer.stderr)
     finally:
         channel.close()
 
 
-def _drain(channel: paramiko.Channel, stdout: list[bytes], stderr: list[bytes]) -> None:
-    while channel.recv_ready():
-        stdout.append(channel.recv(_READ_CHUNK))
-    while channel.recv_stderr_ready():
-        stderr.append(channel.recv_stderr(_READ_CHUNK))
-    if sum(map(len, stdout)) + sum(map(len, stderr)) > MAX_ANSWER_BYTES:
-        raise AnswerTooLarge
+class _Answer:
+    """What a node sent so far, and how much (bounded by MAX_ANSWER_BYTES)."""
+
+    def __init__(self) -> None:
+        self.stdout: list[bytes] = []
+        self.stderr: list[bytes] = []
+        self.size = 0
+
+    def drain(self, channel: paramiko.Channel) -> None:
+        while channel.recv_ready():
+            self._keep(self.stdout, channel.recv(_READ_CHUNK))
+        while channel.recv_stderr_ready():
+            self._keep(self.stderr, channel.recv_stderr(_READ_CHUNK))
+
+    def _keep(self, into: list[bytes], chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > MAX_ANSWER_BYTES:
+            raise AnswerTooLarge
+        into.append(chunk)
 
 
 def run_ssh(target: Target, stdin_data: bytes, ctx: SshContext) -> ExecResult:
