@@ -276,6 +276,9 @@ def _detail(record: dict[str, Any]) -> str:
         hosts = data.get("hosts", [])
         names = ",".join(hosts[:3]) + (f",+{len(hosts) - 3}" if len(hosts) > 3 else "")
         return f"{len(data.get('slices', []))} slices on {names}"
+    if op == "repair" and data.get("acknowledged"):
+        seqs = ",".join(str(p.get("seq")) for p in data["acknowledged"])
+        return f"acknowledged history problem(s) at seq {seqs}"
     if op == "repair":
         return f"quarantined {data.get('quarantined')} line(s), gaps {data.get('gaps')}"
     if op in ("enqueue", "dequeue", "job"):
@@ -378,7 +381,12 @@ def compact(ctx: typer.Context) -> None:
 @ledger_app.command("repair")
 def repair(ctx: typer.Context) -> None:
     """Move damaged lines to the quarantine file (LEDGER.quarantine) and keep every good
-    record; rebuild a damaged snapshot from the archives. Writes work again afterwards."""
+    record; rebuild a damaged snapshot from the archives. Writes work again afterwards.
+
+    History problems that `ledger verify` reports (a release of an allocation that was not
+    held, say, written by an older version) are recorded as known in a `repair` record, so
+    verify is clean again; the records themselves stay. Two live holders of one slice are
+    not history: cancel or release one of them."""
     settings: Settings = ctx.obj
     result = open_ledger(settings).repair().value
     data = result.to_dict()
@@ -386,13 +394,20 @@ def repair(ctx: typer.Context) -> None:
         if not result.repaired:
             print("nothing to repair")
             return
-        parts = [f"kept {result.kept} record(s)", f"quarantined {result.quarantined} line(s)"]
+        parts = []
+        if result.quarantined or result.gaps:
+            parts += [f"kept {result.kept} record(s)", f"quarantined {result.quarantined} line(s)"]
         if result.quarantine:
             parts.append(f"in {result.quarantine}")
         if result.snapshot_rebuilt:
             parts.append("rebuilt the snapshot from the archives")
         if result.gaps:
             parts.append(f"declared lost seqs {result.gaps}")
+        if result.acknowledged:
+            seqs = ", ".join(str(p["seq"]) for p in result.acknowledged)
+            parts.append(
+                f"recorded {len(result.acknowledged)} history problem(s) as known (seq {seqs})"
+            )
         print("repaired: " + ", ".join(parts))
         return
     emit(settings, data=data, rows=[data], columns=[Column(k, k) for k in data])

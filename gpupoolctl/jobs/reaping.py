@@ -112,7 +112,7 @@ def _finish(
         "nodes": nodes,
         "signal": next((s.get("signal") for s in statuses if s.get("signal")), None),
     }
-    tx.append("release", {"id": current["alloc"]})
+    tx.release(current["alloc"])
     preempt = current.get("preempt")
     mark = current.get("cancel") or preempt
     if mark and exit_code == 0 and final["signal"] is None and ended < float(mark.get("at") or 0):
@@ -195,16 +195,16 @@ def settle_pending(jobs: Jobs, job: dict[str, Any], *, submitter_gone: bool) -> 
                 },
             )
         elif current.get("cancel"):  # cancelled while being launched: not started (fully)
-            tx.append("release", {"id": current["alloc"]})
+            tx.release(current["alloc"])
             tx.append(
                 "job",
                 {"id": job["id"], "state": "cancelled", "reason": "cancelled", "submitter": None},
             )
         elif not any(launched):
-            tx.append("release", {"id": current["alloc"]})
+            tx.release(current["alloc"])
             jobs.enqueue(tx, current, reason="never launched (its submitter stopped); requeued")
         else:
-            tx.append("release", {"id": current["alloc"]})
+            tx.release(current["alloc"])
             tx.append(
                 "job",
                 {

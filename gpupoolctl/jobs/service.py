@@ -363,7 +363,7 @@ class Jobs:
                         "submitter": None,
                     },
                 )
-                tx.append("release", {"id": job["alloc"]})
+                tx.release(job["alloc"])
             return tx.state.jobs.get(job["id"]) or tx.state.finished.get(job["id"])
 
         done = self.ledger.write(build)

@@ -103,6 +103,16 @@ class Transaction:
         check_no_secrets(data)
         return self._add(op, data)
 
+    def release(self, alloc_id: str) -> bool:
+        """Record the end of `alloc_id` when it is still held; False (nothing written) when it
+        is not (it expired in this very transaction, or an older version let it go early):
+        a release of what is not held would leave a history that never verifies."""
+        expiring = not self.records and alloc_id in self._expired  # the first append ends it
+        if alloc_id not in self.state.allocations or expiring:
+            return False
+        self.append("release", {"id": alloc_id})
+        return True
+
     def _add(self, op: str, data: dict[str, Any]) -> dict[str, Any]:
         record = {
             "v": journal.FORMAT_VERSION,
@@ -432,10 +442,19 @@ class Ledger:
         return self.write(build)
 
     def release(self, alloc_id: str) -> Done:
+        """End an allocation taken by hand (`alloc`). A job's allocation is refused: it ends
+        with the job (reaped or cancelled), or the slice would run two jobs at once."""
+
         def build(tx: Transaction) -> Allocation:
             alloc = tx.state.allocations.get(alloc_id)
             if alloc is None or alloc.expired(tx.now):
                 raise LedgerError(self._not_held(tx.state, alloc_id, alloc))
+            job = tx.state.job_holding(alloc_id)
+            if job is not None:
+                raise LedgerError(
+                    f"{alloc_id} is the allocation of {job['state']} job {job['id']}: it is "
+                    f"released when the job ends; to stop the job, `gpupoolctl cancel {job['id']}`"
+                )
             tx.append("release", {"id": alloc_id})
             return alloc
 
@@ -553,5 +572,17 @@ class Ledger:
                 os.close(fd)
                 self._loaded = None
         result.snapshot_rebuilt = rebuilt
-        result.repaired = result.repaired or rebuilt
-        return Done(result, [], [])
+        done = self.write(self._acknowledge_history)
+        result.acknowledged = done.value
+        result.repaired = result.repaired or rebuilt or bool(done.value)
+        return Done(result, done.records, done.warnings)
+
+    @staticmethod
+    def _acknowledge_history(tx: Transaction) -> list[dict[str, Any]]:
+        """Record that the history problems replay found are known (a release of what was
+        not held, say, that older versions could write): verify is clean again and the
+        journal keeps both the records and this repair naming them."""
+        problems = [{"seq": p["seq"], "message": p["message"]} for p in tx.state.problems]
+        if problems:
+            tx.append("repair", {"acknowledged": problems})
+        return problems

@@ -28,6 +28,8 @@ class RepairResult:
     snapshot_rebuilt: bool = False
     gaps: list[list[int]] = field(default_factory=list)
     quarantine: str | None = None
+    # History problems (seq, message) that this repair recorded as known.
+    acknowledged: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

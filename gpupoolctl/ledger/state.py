@@ -16,6 +16,8 @@ OPS = ("slices", "alloc", "release", "expire", "enqueue", "dequeue", "job", "rep
 # running: launched (pid recorded); done / failed / cancelled: over, its slices released.
 JOB_STATES = ("queued", "pending", "running", "done", "failed", "cancelled")
 JOB_TERMINAL = frozenset({"done", "failed", "cancelled"})
+# States in which a job holds the allocation its placement recorded (`job["alloc"]`).
+JOB_HOLDING = frozenset({"pending", "running"})
 
 
 @dataclass
@@ -164,10 +166,17 @@ class State:
 
     def _repair(self, record: dict[str, Any]) -> None:
         """A repair declares the seqs lost to damage. Closing an allocation whose record was
-        lost is an expected consequence, not a new problem: forget those."""
-        lost = [(int(a), int(b)) for a, b in record["data"].get("gaps", [])]
+        lost is an expected consequence, not a new problem: forget those. It may also
+        acknowledge history problems by the seq they were found at (an operator's `ledger
+        repair` of a history that older versions could write): those are forgotten too,
+        while the records themselves, and the repair naming them, stay in the journal."""
+        data = record["data"]
+        lost = [(int(a), int(b)) for a, b in data.get("gaps", [])]
+        acknowledged = {int(entry["seq"]) for entry in data.get("acknowledged", [])}
 
         def explained(problem: dict[str, Any]) -> bool:
+            if int(problem["seq"]) in acknowledged:
+                return True
             number = str(problem.get("alloc") or "").removeprefix("a-")
             return number.isdigit() and any(a <= int(number) <= b for a, b in lost)
 
@@ -208,6 +217,46 @@ class State:
                 uuid = alloc.uuids[index] if index < len(alloc.uuids) else None
                 if current is None or (uuid is not None and current.get("uuid") != uuid):
                     found.append((alloc, slice_id))
+        return found
+
+    def job_holding(self, alloc_id: str) -> dict[str, Any] | None:
+        """The pending or running job whose placement is `alloc_id`, if any: such an
+        allocation ends with its job (reaped or cancelled), never on its own."""
+        for job in self.jobs.values():
+            if job.get("alloc") == alloc_id and job.get("state") in JOB_HOLDING:
+                return job
+        return None
+
+    def job_conflicts(self) -> list[tuple[str, str, str]]:
+        """(kind, where, message) for every live job that no longer holds what it runs on:
+        its allocation was closed while it ran, or one of its slices is held by another
+        allocation (two live holders of one slice)."""
+        found: list[tuple[str, str, str]] = []
+        for job in self.jobs.values():
+            alloc_id = job.get("alloc")
+            if job.get("state") not in JOB_HOLDING or not alloc_id:
+                continue
+            if alloc_id not in self.allocations:
+                how = self.closed.get(str(alloc_id), "closed")
+                found.append(
+                    (
+                        "job",
+                        str(job["id"]),
+                        f"{job['id']} is {job['state']} but its allocation {alloc_id} was "
+                        f"ended ({how}) while it runs",
+                    )
+                )
+            for node in job.get("nodes") or []:
+                for slice_id in node.get("slices") or []:
+                    other = self.holders.get(slice_id)
+                    if other is not None and other != alloc_id:
+                        found.append(
+                            (
+                                "double-hold",
+                                str(slice_id),
+                                f"used by {job['id']} ({alloc_id}) and held by {other} at once",
+                            )
+                        )
         return found
 
     def double_holds(self) -> dict[str, list[str]]:

@@ -14,7 +14,7 @@ from gpupoolctl.ledger.snapshot import archive_path
 
 @dataclass
 class Problem:
-    kind: str  # damaged | gap | torn | snapshot | history | double-hold | orphan | archive
+    kind: str  # damaged | gap | torn | snapshot | history | double-hold | job | orphan | archive
     where: str
     message: str
 
@@ -85,6 +85,8 @@ def check(paths: LedgerPaths, loaded: replay.Loaded, torn_size: int, *, deep: bo
         add(Problem("history", f"seq {problem['seq']}", problem["message"]))
     for slice_id, holders in sorted(state.double_holds().items()):
         add(Problem("double-hold", slice_id, f"held by {', '.join(holders)} at once"))
+    for kind, place, message in state.job_conflicts():
+        add(Problem(kind, place, message))
     for alloc, slice_id in state.orphans():
         add(
             Problem(
