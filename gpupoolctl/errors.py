@@ -14,6 +14,7 @@ class ExitCode(IntEnum):
     HOSTS_FAILED = 3
     CHECK_FAILED = 4
     NO_CAPACITY = 5
+    INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 
 
 class GpupoolError(Exception):

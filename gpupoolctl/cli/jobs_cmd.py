@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpupoolctl.cli.console import notice, warn
+from gpupoolctl.cli.console import error, notice, warn
 from gpupoolctl.cli.render import Column, emit
 from gpupoolctl.cli.settings import OutputFormat, Settings
-from gpupoolctl.errors import ExitCode, UsageError
+from gpupoolctl.errors import ExitCode, GpupoolError, UsageError
 
 if TYPE_CHECKING:
     from gpupoolctl.jobs import Jobs
@@ -275,22 +275,34 @@ def submit(
         for message in jobs.warnings:
             warn(message)
         jobs.warnings.clear()
+        # stdout is the job's own output: its id and state go to stderr.
+        notice(f"{job_id}: {_state_line(outcome, record)}", quiet=settings.quiet)
         code = _follow(settings, jobs, job_id)
         raise typer.Exit(code)
     data = {**_rows([record])[0], "placement": record.get("placement"), "events": outcome.events}
+    failed = outcome.state == "failed"
     if settings.resolved_output() is OutputFormat.table:
         print(job_id)  # alone on stdout: JOB=$(gpupoolctl submit ...)
-        where = ", ".join(s for n in record.get("nodes") or [] for s in n.get("slices", []))
-        detail = {
-            "running": f"running on {where}",
-            "queued": f"queued: {outcome.reason or 'nothing fits now'}",
-        }.get(str(outcome.state), f"{outcome.state}: {outcome.reason or ''}".rstrip(": "))
-        notice(f"{job_id}: {detail}", quiet=settings.quiet)
     else:
         emit(settings, data=data, rows=[data], columns=JOB_COLUMNS, csv_columns=JOB_CSV_COLUMNS)
+    if failed:  # an error, never silenced by -q, in every output format
+        error(f"{job_id}: {_state_line(outcome, record)}")
+    elif settings.resolved_output() is OutputFormat.table:
+        notice(f"{job_id}: {_state_line(outcome, record)}", quiet=settings.quiet)
     _finish(settings, jobs)
-    if outcome.state == "failed":
+    if failed:
         raise typer.Exit(int(ExitCode.ERROR))
+
+
+def _state_line(outcome: Any, record: dict[str, Any]) -> str:
+    """What became of a submitted job, in words: where it runs, why it waits or failed."""
+    where = ", ".join(s for n in record.get("nodes") or [] for s in n.get("slices", []))
+    reason = outcome.reason or record.get("error") or record.get("reason")
+    if outcome.state == "running":
+        return f"running on {where}"
+    if outcome.state == "queued":
+        return f"queued: {reason or 'nothing fits now'}"
+    return f"{outcome.state}: {reason}" if reason else str(outcome.state)
 
 
 def _submit_slurm(settings: Settings, spec: Any, *, dry_run: bool, wait: bool) -> None:
@@ -365,28 +377,62 @@ def _render_plan(settings: Settings, result: Any) -> None:
 def _follow(settings: Settings, jobs: Jobs, job_id: str) -> int:
     """Stream the job's stdout and stderr to ours until it ends (running the queue while it
     waits)."""
-    from gpupoolctl.jobs.control import Ended, FollowWarning, follow
+    from gpupoolctl.jobs.control import Ended, FollowWarning, Waiting, follow
 
     show = settings.resolved_output() is OutputFormat.table
-    for event in follow(jobs, job_id, output=show):
-        if isinstance(event, FollowWarning):
-            warn(event.message)
-        elif isinstance(event, Ended):
-            job, code = event.job, event.exit_code
-        else:
-            stream = sys.stderr if event.stream == "stderr" else sys.stdout
-            stream.write(event.text)
-            stream.flush()
+    first_wait = True
+    try:
+        for event in follow(jobs, job_id, output=show):
+            if isinstance(event, FollowWarning):
+                warn(event.message)
+            elif isinstance(event, Waiting):
+                if not first_wait or event.state != "queued":
+                    notice(f"{job_id}: {event.state}: {event.reason}", quiet=settings.quiet)
+                first_wait = False
+            elif isinstance(event, Ended):
+                job, code = event.job, event.exit_code
+            else:
+                stream = sys.stderr if event.stream == "stderr" else sys.stdout
+                stream.write(event.text)
+                stream.flush()
+    except KeyboardInterrupt:
+        state = find_state(jobs, job_id)
+        notice(
+            f"{job_id}: stopped waiting; the job itself is not stopped ({state}): "
+            f"`gpupoolctl logs -f {job_id}` follows it again, `gpupoolctl cancel {job_id}` "
+            "stops it",
+            quiet=False,
+        )
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
     if not show:
         data = _rows([job])[0]
         emit(settings, data=data, rows=[data], columns=JOB_COLUMNS, csv_columns=JOB_CSV_COLUMNS)
-    reason = job.get("error") or job.get("reason")
-    notice(
-        f"{job_id}: {job.get('state')}, exit code {job.get('exit_code')}"
-        + (f" ({reason})" if reason else ""),
-        quiet=settings.quiet,
-    )
+    line = f"{job_id}: {_end_line(job)}"
+    if job.get("error"):
+        error(line)  # it never ran to its own end (launch failed, node lost): never silenced
+    else:
+        notice(line, quiet=settings.quiet)  # its own exit code says the rest
     return code
+
+
+def find_state(jobs: Jobs, job_id: str) -> str:
+    from gpupoolctl.jobs.control import find
+
+    try:
+        return str(find(jobs, job_id).get("state"))
+    except GpupoolError:
+        return "state unknown"
+
+
+def _end_line(job: dict[str, Any]) -> str:
+    """How a job ended: its state, its exit code or signal when it has one, and why."""
+    parts = [str(job.get("state"))]
+    if job.get("signal"):
+        parts.append(f"killed by {job['signal']}")
+    elif isinstance(job.get("exit_code"), int):
+        parts.append(f"exit code {job['exit_code']}")
+    reason = job.get("error") or job.get("reason")
+    return ", ".join(parts) + (f" ({reason})" if reason else "")
 
 
 # -- jobs / schedule ------------------------------------------------------------------------

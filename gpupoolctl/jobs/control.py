@@ -216,11 +216,29 @@ class FollowWarning:
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """The followed job is queued (or being launched) and why: yielded when that changes."""
+
+    state: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Ended:
     """The job ended: its last record, and the exit code to leave with (`exit_code_of`)."""
 
     job: dict[str, Any]
     exit_code: int
+
+
+def _waiting_reason(job_id: str, state: str, events: list[dict[str, Any]]) -> str:
+    """Why the job still waits, as the pass that just ran said it."""
+    if state == "pending":
+        return "being launched"
+    for event in events:
+        if event.get("job") == job_id and event.get("reason"):
+            return str(event["reason"])
+    return "waiting in the queue behind earlier or higher-priority jobs"
 
 
 def exit_code_of(job: dict[str, Any]) -> int:
@@ -240,18 +258,21 @@ def follow(
     *,
     output: bool = True,
     sleep: Callable[[float], None] = time.sleep,
-) -> Iterator[Output | FollowWarning | Ended]:
-    """Follow a job until it ends, running the queue while it waits (recover and schedule
-    while queued or pending, reap while running).
+) -> Iterator[Output | FollowWarning | Waiting | Ended]:
+    """Follow a job until it ends, keeping the pool moving while it waits: while it is
+    queued or pending each poll is a whole pass (recover, reap, schedule), since the slices
+    it waits for are freed only when the jobs holding them are reaped; while it runs, reap.
 
     With `output`, yields what it writes to stdout and stderr as Output chunks while it
     runs (both in one round trip per poll), then what it wrote after the last read. Yields
     FollowWarning for problems reading its output and, once it ended, for the warnings
-    gathered in `jobs.warnings` (which are then cleared). Ends with one Ended. Polls every
+    gathered in `jobs.warnings` (which are then cleared); Waiting whenever it is queued or
+    pending for a reason other than the last one said. Ends with one Ended. Polls every
     FOLLOW_INTERVAL_S[0] s, slowing to FOLLOW_INTERVAL_S[1] s while nothing happens.
     """
     offsets = {"stdout": 0, "stderr": 0}
     delay = FOLLOW_INTERVAL_S[0]
+    said: Waiting | None = None
 
     def read() -> tuple[list[Output], str]:
         """What the job wrote since the last read, and its state on its node."""
@@ -282,8 +303,14 @@ def follow(
         elif state == "running":
             reaping.reap(jobs)
         elif state in ("queued", "pending"):
-            reaping.recover(jobs)
-            scheduling.schedule(jobs)
+            events = refresh(jobs).events
+            if find(jobs, job_id).get("state") != state:
+                delay = FOLLOW_INTERVAL_S[0]
+                continue
+            waiting = Waiting(str(state), _waiting_reason(job_id, str(state), events))
+            if waiting != said:
+                said = waiting
+                yield waiting
         else:
             break
         sleep(delay)

@@ -1,0 +1,122 @@
+"""What a new user hits first, through the real command line on the bundled pool: a job's
+slice is never handed out twice, a waiting submit keeps the pool moving and says why it
+waits, and errors are never silenced by -q."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+PY = sys.executable
+SLEEP = ["--", PY, "-c", "import time; time.sleep(60)"]
+
+
+@pytest.fixture
+def jobs_cli(cli):
+    yield cli
+    for pid_file in Path(cli.sim_dir).glob("jobs/*/*/pid.json"):
+        pgid = json.loads(pid_file.read_text())["pgid"]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def submit(cli, *args: str) -> str:
+    run = cli("-q", "submit", *args)
+    assert run.code == 0, run.stderr
+    return run.stdout.strip()
+
+
+def alloc_of(cli, job_id: str) -> str:
+    shown = cli("-q", "ledger", "show", "--op", "job", "-o", "json")
+    assert shown.code == 0, shown.stderr
+    placed = [r["data"].get("alloc") for r in shown.json() if r["data"]["id"] == job_id]
+    placed = [a for a in placed if a]
+    assert placed, shown.stdout
+    return placed[-1]
+
+
+def popen(cli, *args: str) -> subprocess.Popen:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "XDG_"))},
+        "HOME": str(Path(cli.tmp) / "home"),
+        "GPUPOOL_SIM_DIR": str(cli.sim_dir),
+    }
+    return subprocess.Popen(
+        [PY, "-m", "gpupoolctl.cli.main", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=cli.cwd,
+    )
+
+
+def test_release_of_a_running_jobs_allocation_is_refused_and_the_slice_stays_single(jobs_cli):
+    job = submit(jobs_cli, "--profile", "1g.10gb", *SLEEP)
+    alloc = alloc_of(jobs_cli, job)
+    refused = jobs_cli("-q", "release", alloc)
+    assert refused.code == 1
+    assert f"job {job}" in refused.stderr and f"cancel {job}" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    # the next submit of the same size gets another slice
+    second = submit(jobs_cli, "--profile", "1g.10gb", *SLEEP)
+    rows = {j["id"]: j for j in jobs_cli("-q", "jobs", "-o", "json").json()}
+    assert rows[job]["slice"] != rows[second]["slice"]
+    for each in (job, second):
+        assert jobs_cli("-q", "cancel", each, "--grace", "0").code == 0
+    verify = jobs_cli("-q", "ledger", "verify")
+    assert verify.code == 0, verify.stdout
+
+
+def test_submit_wait_on_a_queued_job_reaps_the_blockers_and_says_why_it_waits(jobs_cli):
+    short = ["--", PY, "-c", "import time; time.sleep(1)"]
+    for _ in range(2):  # the pool's two 3g.40gb slices
+        submit(jobs_cli, "--profile", "3g.40gb", *short)
+    run = jobs_cli("submit", "--profile", "3g.40gb", "--wait", "--", "echo", "hi", timeout=60)
+    assert run.code == 0, run.stderr
+    assert run.stdout == "hi\n"
+    queued = [line for line in run.stderr.splitlines() if ": queued: " in line]
+    assert queued and "3g.40gb" in queued[0], run.stderr
+    assert "done, exit code 0" in run.stderr
+
+
+def test_quiet_never_hides_a_failed_launch(jobs_cli):
+    run = jobs_cli("-q", "submit", "--profile", "1g.10gb", "--", "./eval.sh")
+    assert run.code == 1
+    assert run.stdout.strip().startswith("j-")
+    assert "cannot run './eval.sh'" in run.stderr, run.stderr
+    waited = jobs_cli("-q", "submit", "--profile", "1g.10gb", "--wait", "--", "./eval.sh")
+    assert waited.code == 1
+    assert "cannot run './eval.sh'" in waited.stderr
+    assert "exit code None" not in waited.stderr
+
+
+def test_ctrl_c_in_submit_wait_leaves_the_job_running_and_says_how_to_cancel(jobs_cli):
+    waiter = popen(jobs_cli, "submit", "--profile", "1g.10gb", "--wait", *SLEEP)
+    try:
+        deadline = time.monotonic() + 60
+        job = None
+        while job is None and time.monotonic() < deadline:
+            rows = jobs_cli("-q", "jobs", "--no-refresh", "-o", "json").json()
+            job = next((j["id"] for j in rows if j["state"] == "running"), None)
+            assert waiter.poll() is None, waiter.communicate()
+        assert job is not None
+        waiter.send_signal(signal.SIGINT)
+        _, stderr = waiter.communicate(timeout=30)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.communicate()
+    assert waiter.returncode == 130, stderr
+    assert f"gpupoolctl cancel {job}" in stderr and "Traceback" not in stderr
+    rows = {j["id"]: j for j in jobs_cli("-q", "jobs", "-o", "json").json()}
+    assert rows[job]["state"] == "running"
