@@ -41,6 +41,43 @@ def open_ledger(settings: Settings) -> Ledger:
     return Ledger.from_env(settings.ledger, on_lock_wait=waiting)
 
 
+def record_slices_of(settings: Settings, targets: list[Any]) -> list[Any]:
+    """After the slices of `targets` changed (partition apply, sim reset), read their facts
+    and record their slices, so nothing is ever placed on a slice that is gone. Only where
+    a ledger is kept: changing a node does not start one. Holds left on slices that are gone
+    are warned about (verify reports them as orphans). Returns the facts' results."""
+    ledger = open_ledger(settings)
+    if not targets or not ledger.path.exists():
+        return []
+    from gpupoolctl.cli import pool as hosts_pool
+
+    results = hosts_pool.fan_out(settings, targets, {"v": 1, "verb": "facts", "args": {}})
+    _warn_all(ledger.refresh_from_facts(results).warnings)
+    hosts = {t.name for t in targets}
+    for alloc, slice_id in ledger.read().state.orphans():
+        if slice_id.split("/", 1)[0] in hosts:
+            warn(f"{alloc.id} ({alloc.owner}) holds {slice_id}, which is gone now; release it")
+    return results
+
+
+def discover_slices(settings: Settings, ledger: Ledger) -> None:
+    """Record the selected hosts' slices from their facts when the ledger knows none of them
+    yet (a fresh ledger), as submit does: `alloc` on a new pool then has slices to give."""
+    from gpupoolctl.cli import pool as hosts_pool
+
+    selection = hosts_pool.select(settings)
+    known = {s.get("host") for s in ledger.read().state.slices.values()}
+    missing = [t for t in selection.targets() if t.name not in known]
+    if not missing:
+        return
+    results = hosts_pool.fan_out(settings, missing, {"v": 1, "verb": "facts", "args": {}})
+    for result in results:
+        if not result.ok:
+            warn(f"{result.name}: {result.outcome}: {result.error} (its slices are unknown)")
+    if any(r.ok for r in results):
+        _warn_all(ledger.refresh_from_facts(results).warnings)
+
+
 def _warn_all(messages: list[str]) -> None:
     for message in messages:
         warn(message)
@@ -217,7 +254,9 @@ def alloc(
     who = owner if owner is not None else current_user()
     if not who.strip():
         raise UsageError("--owner must not be empty")
-    done = open_ledger(settings).alloc(request, owner=who, ttl=life)
+    ledger = open_ledger(settings)
+    discover_slices(settings, ledger)
+    done = ledger.alloc(request, owner=who, ttl=life)
     _warn_all(done.warnings)
     held: Allocation = done.value
     data = _alloc_dict(held)

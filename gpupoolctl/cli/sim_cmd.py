@@ -6,6 +6,7 @@ import typer
 
 from gpupoolctl.cli import pool
 from gpupoolctl.cli.console import warn
+from gpupoolctl.cli.ledger_cmd import record_slices_of
 from gpupoolctl.cli.render import Column, emit
 from gpupoolctl.cli.settings import Settings
 from gpupoolctl.errors import ExitCode, UsageError
@@ -17,7 +18,9 @@ app = typer.Typer(help="Simulated hardware: reset nodes, list templates.", no_ar
 def reset(ctx: typer.Context) -> None:
     """Put every selected simulated node back to its template's initial state.
 
-    Works over SSH too: the node's own agent rewrites its state file.
+    Works over SSH too: the node's own agent rewrites its state file. Where a ledger is
+    kept, the nodes' new slices are recorded in it (as `partition apply` does), and holds
+    on slices that are gone are named.
     """
     settings: Settings = ctx.obj
     selection = pool.select(settings)
@@ -45,6 +48,9 @@ def reset(ctx: typer.Context) -> None:
     ]
     emit(settings, data={"hosts": rows}, rows=rows, columns=columns)
     failed = [r for r in results if not r.ok]
+    # Reset re-cuts the cards: the ledger must not hand out the slices they had before.
+    by_name = {t.name: t for t in targets}
+    record_slices_of(settings, [by_name[r.name] for r in results if r.ok])
     for result in failed:
         warn(f"{result.name}: {result.outcome}: {result.error} (not reset)")
     if failed:

@@ -120,3 +120,30 @@ def test_ctrl_c_in_submit_wait_leaves_the_job_running_and_says_how_to_cancel(job
     assert f"gpupoolctl cancel {job}" in stderr and "Traceback" not in stderr
     rows = {j["id"]: j for j in jobs_cli("-q", "jobs", "-o", "json").json()}
     assert rows[job]["state"] == "running"
+
+
+def test_alloc_on_a_fresh_ledger_discovers_the_pools_slices(cli):
+    run = cli("-q", "alloc", "--profile", "1g.10gb")
+    assert run.code == 0, run.stderr
+    assert run.stdout.strip().startswith("a-")
+    shown = cli("-q", "pool", "--no-refresh", "-o", "json").json()
+    held = [s for n in shown["nodes"] for s in n["slices"] if s["state"] == "held"]
+    assert [s["profile"] for s in held] == ["1g.10gb"]
+
+
+def test_sim_reset_tells_the_ledger_so_alloc_never_hands_out_a_slice_that_is_gone(cli):
+    assert cli("-q", "partition", "reset", "--yes", "-l", "sg-dgx02").code == 0
+    whole = cli("-q", "alloc", "--profile", "gpu", "--host", "sg-dgx02", "-n", "8")
+    assert whole.code == 0, whole.stderr  # every card of the node is whole now
+    held = cli("-q", "alloc", "--profile", "gpu", "--host", "sg-dgx01")
+    assert held.code == 0
+    assert cli("-q", "release", whole.stdout.strip()).code == 0
+    reset = cli("-q", "sim", "reset")
+    assert reset.code == 0, reset.stderr
+    # gpu6 and gpu7 of sg-dgx02 are MIG again: eight whole cards are no longer there
+    again = cli("-q", "alloc", "--profile", "gpu", "--host", "sg-dgx02", "-n", "8")
+    assert again.code == 5, again.stdout
+    shown = cli("-q", "pool", "--no-refresh", "-l", "sg-dgx02", "-o", "json").json()
+    profiles = {s["profile"] for n in shown["nodes"] for s in n["slices"]}
+    assert "1g.10gb" in profiles
+    assert cli("-q", "ledger", "verify").code == 0
