@@ -23,6 +23,11 @@ class GpupoolError(Exception):
     exit_code: ExitCode = ExitCode.ERROR
 
 
+class LocalStateError(GpupoolError):
+    """A folder of this workstation that gpupoolctl keeps state in cannot be used: one
+    local error (exit 1), not a failure of every host that would have used it."""
+
+
 class UsageError(GpupoolError):
     """The user asked for something malformed (bad option value, bad pattern)."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -13,7 +14,7 @@ from gpupoolctl.cli.argv import hoist_global_options
 from gpupoolctl.cli.console import error
 from gpupoolctl.cli.lazy import LazyCommand, LazyGroup
 from gpupoolctl.cli.settings import OutputFormat, Settings
-from gpupoolctl.errors import ExitCode, GpupoolError
+from gpupoolctl.errors import ExitCode, GpupoolError, UsageError
 
 # Every command, in the order `--help` lists them, with the module that defines it: only the
 # module of the command being run is imported (tests check the summaries match the modules').
@@ -113,6 +114,37 @@ app = typer.Typer(
 )
 
 
+def _given_path(value: str | Path) -> Path:
+    """A file option's value: empty (an unset shell variable) is a mistake, never "not
+    given" and never the current folder."""
+    if isinstance(value, Path):
+        return value
+    if not value.strip():
+        raise typer.BadParameter("must not be empty")
+    return Path(value)
+
+
+def _given_text(value: str) -> str:
+    if not value.strip():
+        raise typer.BadParameter("must not be empty (to act on every host, leave -l out)")
+    return value
+
+
+# Click reads an environment variable that is set but empty as unset: say so instead.
+_PATH_VARIABLES = (("GPUPOOL_INVENTORY", "inventory"), ("GPUPOOL_LEDGER", "ledger"))
+
+
+def _refuse_empty_variables(ctx: typer.Context) -> None:
+    # The root callback runs before a sub-command parses its own --help: help still shows.
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        return
+    for variable, param in _PATH_VARIABLES:
+        source = ctx.get_parameter_source(param)
+        given = source is not None and source.name != "DEFAULT"
+        if not given and variable in os.environ and not os.environ[variable].strip():
+            raise UsageError(f"{variable} is set but empty: unset it, or set it to the file to use")
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"gpupoolctl {__version__}")
@@ -128,6 +160,7 @@ def root(
             "-i",
             "--inventory",
             envvar="GPUPOOL_INVENTORY",
+            parser=_given_path,
             help="Ansible-style inventory (YAML or INI). Default: the bundled simulated pool.",
         ),
     ] = None,
@@ -136,6 +169,7 @@ def root(
         typer.Option(
             "-l",
             "--limit",
+            parser=_given_text,
             help="Hosts to act on: Ansible patterns (a:b, a:&b, a:!b, ~regex, @file) "
             "or ClusterShell node sets (gpu[01-04,07]).",
         ),
@@ -153,7 +187,9 @@ def root(
     ] = OutputFormat.auto,
     ledger: Annotated[
         Path | None,
-        typer.Option("--ledger", envvar="GPUPOOL_LEDGER", help="Allocation ledger file."),
+        typer.Option(
+            "--ledger", envvar="GPUPOOL_LEDGER", parser=_given_path, help="Allocation ledger file."
+        ),
     ] = None,
     verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="More detail.")] = 0,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only results and errors.")] = False,
@@ -191,6 +227,7 @@ def root(
         ),
     ] = False,
 ) -> None:
+    _refuse_empty_variables(ctx)
     ctx.obj = Settings(
         inventory=inventory,
         limit=limit,

@@ -277,10 +277,20 @@ class Ledger:
 
     # -- reading --------------------------------------------------------------------------
 
+    def _check_can_exist(self) -> None:
+        """A ledger not written yet reads as empty only where it could be written: the
+        default state folder is created (an unusable XDG_STATE_HOME is one error, not "no
+        jobs"), a folder the user named must exist."""
+        ensure_folder(self.paths.folder, create=self.is_default)
+
+    def _missing(self, what: str) -> LedgerError:
+        return LedgerError(f"ledger {self.paths.journal} does not exist: {what}")
+
     def read(self) -> View:
         """The current state under a shared lock; never writes (a torn tail is only noted)."""
         now = format_ts(self.clock())
         if not self.paths.exists():
+            self._check_can_exist()
             return View(State(), now)
         with self._lock.shared():
             fd = self._open_journal(create=False)
@@ -493,6 +503,9 @@ class Ledger:
         out: list[dict[str, Any]] = []
         warnings: list[str] = []
         if not self.paths.exists():
+            if not self.is_default:
+                raise self._missing("no history to show")
+            self._check_can_exist()
             return History(out, 0, warnings)
         with self._lock.shared():
             snap = snapshot.read(self.paths)
@@ -518,9 +531,14 @@ class Ledger:
         return History(out, skipped, warnings)
 
     def verify(self, *, deep: bool = False) -> Report:
-        """Check everything under a shared lock; never writes."""
+        """Check everything under a shared lock; never writes. A ledger named explicitly
+        that is not there is an error, never "ok" (a mistyped path must not pass a check);
+        the default one not written yet is reported as such (`Report.exists`)."""
         if not self.paths.exists():
-            return Report(path=str(self.paths.journal))
+            if not self.is_default:
+                raise self._missing("nothing to verify")
+            self._check_can_exist()
+            return Report(path=str(self.paths.journal), exists=False)
         with self._lock.shared():
             fd = self._open_journal(create=False)
             try:

@@ -32,6 +32,7 @@ class Report:
     slices: int = 0
     allocations: int = 0
     problems: list[Problem] = field(default_factory=list)
+    exists: bool = True  # False: the default ledger, not written yet
 
     @property
     def ok(self) -> bool:
@@ -41,6 +42,7 @@ class Report:
         return {
             "ok": self.ok,
             "path": self.path,
+            "exists": self.exists,
             "seq": self.seq,
             "snapshot_seq": self.snapshot_seq,
             "journal_records": self.journal_records,

@@ -19,7 +19,7 @@ from gpupoolctl.agent.jobs.control import whole_characters
 from gpupoolctl.errors import ExitCode, UsageError
 from gpupoolctl.jobs.spec import JobSpec
 from gpupoolctl.slurm.client import SlurmClient, SlurmError
-from gpupoolctl.slurm.mapping import SbatchRequest, sbatch_request
+from gpupoolctl.slurm.mapping import SbatchRequest, refuse_unmappable, sbatch_request
 from gpupoolctl.slurm.parse import SlurmJob, is_job_id
 
 WAIT_INTERVAL_S = (0.5, 5.0)  # first and longest pause between squeue calls
@@ -60,8 +60,10 @@ def submit(
     dry_run: bool = False,
     types: Collection[str] | None = None,
 ) -> Submitted:
-    """Submit a validated spec with sbatch (or, with dry_run, `sbatch --test-only`)."""
+    """Submit a validated spec with sbatch (or, with dry_run, `sbatch --test-only`). What
+    Slurm cannot do is refused (exit 2) before Slurm is asked anything."""
     spec.validate()
+    refuse_unmappable(spec)
     request = sbatch_request(spec, cluster_types(client) if types is None else types)
     if dry_run:
         return Submitted(None, request, client.test_only(request.args, request.script))

@@ -147,3 +147,82 @@ def test_sim_reset_tells_the_ledger_so_alloc_never_hands_out_a_slice_that_is_gon
     profiles = {s["profile"] for n in shown["nodes"] for s in n["slices"]}
     assert "1g.10gb" in profiles
     assert cli("-q", "ledger", "verify").code == 0
+
+
+def test_verify_of_a_ledger_that_is_not_there_is_an_error_not_ok(cli):
+    missing = Path(cli.tmp) / "nowhere" / "l.jsonl"
+    run = cli("-q", "--ledger", str(missing), "ledger", "verify")
+    assert run.code == 1 and "does not exist" in run.stderr and "ok" not in run.stdout
+    shown = cli("-q", "--ledger", str(Path(cli.tmp) / "l.jsonl"), "ledger", "show")
+    assert shown.code == 1 and "does not exist" in shown.stderr
+    fresh = cli("-q", "ledger", "verify", "-o", "json")  # the default one, not written yet
+    assert fresh.code == 0 and fresh.json()["exists"] is False
+
+
+@pytest.mark.parametrize("command", [("jobs",), ("inventory",), ("pool",), ("alloc",)])
+def test_an_unusable_state_folder_is_one_local_error(cli, command):
+    blocker = Path(cli.tmp) / "a-file"
+    blocker.write_text("")
+    env = {"XDG_STATE_HOME": str(blocker / "state"), "GPUPOOL_SIM_DIR": ""}
+    run = cli(*command, extra_env=env)
+    assert run.code == 1, (run.stdout, run.stderr)
+    errors = [line for line in run.stderr.splitlines() if "error" in line or "warning" in line]
+    assert len(errors) == 1, run.stderr
+    assert str(blocker) in errors[0] and "Not a directory" in errors[0]
+    assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        (("-i", ""), {}, "--inventory"),
+        (("--ledger", ""), {}, "--ledger"),
+        (("-l", ""), {}, "--limit"),
+        ((), {"GPUPOOL_INVENTORY": ""}, "GPUPOOL_INVENTORY"),
+        ((), {"GPUPOOL_LEDGER": " "}, "GPUPOOL_LEDGER"),
+    ],
+)
+def test_empty_global_values_are_usage_errors(cli, args, env, named):
+    run = cli(*args, "jobs", "--no-refresh", extra_env=env)
+    assert run.code == 2, (run.stdout, run.stderr)
+    assert named in run.stderr and "empty" in run.stderr
+    assert run.stdout == ""
+
+
+L40S = "dxb-l40s-01"  # four whole cards, no MIG: easy to fill
+
+
+def test_jobs_says_why_a_job_waits_and_that_it_was_preempted(jobs_cli):
+    low = ["--priority", "low", "--preemptible", "--requeue", "--grace", "0"]
+    victim = submit(jobs_cli, "-l", L40S, *low, "--profile", "gpu", *SLEEP)
+    for _ in range(3):
+        submit(jobs_cli, "-l", L40S, "--profile", "gpu", *SLEEP)
+    boss = jobs_cli("-l", L40S, "submit", "--priority", "high", "--profile", "gpu", *SLEEP)
+    assert boss.code == 0, boss.stderr
+    boss_id = boss.stdout.strip()
+    assert f"{boss_id}: preempted {victim} to make room" in boss.stderr
+    listed = jobs_cli("-q", "jobs", "-o", "json")
+    assert listed.code == 0, listed.stderr
+    reason = {j["id"]: j for j in listed.json()}[victim]["reason"]
+    assert f"preempted by {boss_id}" in reason and "nothing fits" in reason, reason
+    table = jobs_cli("-q", "jobs", "--no-refresh")
+    line = next(x for x in table.stdout.splitlines() if x.startswith(victim + " "))
+    assert "REASON" in table.stdout.splitlines()[0] and "nothing fits" in line
+
+
+def test_pool_filters_free_host_and_summary(cli):
+    held = cli("-q", "alloc", "--profile", "gpu", "--host", L40S)
+    assert held.code == 0, held.stderr
+    free = cli("-q", "pool", "--no-refresh", "--free", "--host", "dxb-*", "-o", "json").json()
+    hosts = {n["host"] for n in free["nodes"]}
+    assert hosts and all(h.startswith("dxb-") for h in hosts)
+    slices = [s for n in free["nodes"] for s in n["slices"]]
+    assert slices and all(s["state"] == "free" for s in slices)
+    l40s = next(n for n in free["nodes"] if n["host"] == L40S)
+    assert (l40s["total"], l40s["free"], l40s["held"], len(l40s["slices"])) == (4, 3, 1, 3)
+    summary = cli("-q", "pool", "--no-refresh", "--summary")
+    lines = summary.stdout.splitlines()
+    assert len(lines) == 1 + len(cli("-q", "pool", "--no-refresh", "-o", "json").json()["nodes"])
+    assert any(x.startswith(L40S) and "3xgpu" in x for x in lines), summary.stdout
+    nowhere = cli("-q", "pool", "--no-refresh", "--host", "nothing-*")
+    assert nowhere.code == 1 and "matches no host" in nowhere.stderr

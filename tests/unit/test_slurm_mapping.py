@@ -206,3 +206,29 @@ def test_script_quotes_every_word(argv: list[str]) -> None:
     script = batch_script(["cmd", *argv], {})
     last = script.rstrip("\n").split("\n")[-1]  # sh splits lines at newlines only
     assert shlex.split(last) == ["exec", "cmd", *argv]
+
+
+class NeverAsked:
+    """A Slurm client that must not be reached: every call is recorded and fails."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str):
+        def call(*_args: object, **_kwargs: object) -> None:
+            self.calls.append(name)
+            raise AssertionError(f"Slurm was asked ({name}) before the request was checked")
+
+        return call
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_submit_refuses_what_slurm_cannot_do_before_asking_slurm(dry_run: bool) -> None:
+    from gpupoolctl.slurm import jobs
+
+    client = NeverAsked()
+    spec = JobSpec(argv=["true"], request=JobRequest(profile="1g.10gb", same_island=True))
+    with pytest.raises(UsageError, match="--same-island") as caught:
+        jobs.submit(client, spec, dry_run=dry_run)  # type: ignore[arg-type]
+    assert caught.value.exit_code == ExitCode.USAGE
+    assert client.calls == []
