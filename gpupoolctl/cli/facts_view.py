@@ -119,8 +119,10 @@ def memory_text(gpu: dict[str, Any]) -> str | None:
     used = gpu.get("memory_used_mib")
     if total is None:
         return None
-    used_text = "?" if used is None else f"{used / 1024:.1f}"
-    return f"{used_text}/{total / 1024:.1f}"
+    from gpupoolctl.ledger.units import gib_text
+
+    used_text = "?" if used is None else gib_text(used)
+    return f"{used_text}/{gib_text(total)}"
 
 
 def bandwidth_text(gpu: dict[str, Any]) -> str | None:

@@ -33,6 +33,7 @@ JOB_COLUMNS = (
     Column("slice", "SLICE"),
     Column("age", "AGE", "right"),
     Column("exit_code", "EXIT", "right"),
+    Column("reason", "REASON"),
 )
 SLURM_COLUMNS = (
     Column("id", "ID"),
@@ -58,7 +59,18 @@ BackendOption = Annotated[
 ]
 JOB_CSV_COLUMNS = tuple(
     Column(k, k)
-    for k in ("id", "name", "state", "owner", "host", "slice", "age_s", "exit_code", "priority")
+    for k in (
+        "id",
+        "name",
+        "state",
+        "owner",
+        "host",
+        "slice",
+        "age_s",
+        "exit_code",
+        "priority",
+        "reason",
+    )
 )
 
 
@@ -100,11 +112,19 @@ def _age(seconds: float | None) -> str | None:
     return f"{seconds // 3600}h" if seconds < 172800 else f"{seconds // 86400}d"
 
 
-def _rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from gpupoolctl.jobs.control import row
+def _rows(
+    records: list[dict[str, Any]], waiting: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    from gpupoolctl.jobs.control import reason_text, row
 
     now = time.time()
-    return [{**r, "age": _age(r["age_s"])} for r in (row(j, now) for j in records)]
+    rows = []
+    for job in records:
+        shown = row(job, now)
+        if waiting and job["id"] in waiting:
+            shown["reason"] = reason_text(job, waiting[job["id"]])
+        rows.append({**shown, "age": _age(shown["age_s"])})
+    return rows
 
 
 def _backend(name: str) -> str:
@@ -271,6 +291,10 @@ def submit(
     from gpupoolctl.jobs.control import find
 
     record = find(jobs, job_id)
+    for event in outcome.events:
+        if event.get("event") == "preempted" and event.get("job") == job_id:
+            victims = ", ".join(event.get("victims") or [])
+            notice(f"{job_id}: preempted {victims} to make room", quiet=settings.quiet)
     if wait:
         for message in jobs.warnings:
             warn(message)
@@ -455,7 +479,7 @@ def jobs_list(
 
     With --backend slurm: your Slurm jobs (one squeue call): pending, running and those
     that ended within the cluster's MinJobAge, with node, GRES and exit code."""
-    from gpupoolctl.jobs.control import listing, refresh
+    from gpupoolctl.jobs.control import listing, refresh, waiting_reasons
 
     settings: Settings = ctx.obj
     if _backend(backend) == "slurm":
@@ -474,7 +498,8 @@ def jobs_list(
     if not no_refresh:
         refresh(jobs)
     records = listing(jobs, everything=everything)
-    rows = _rows(records)
+    waiting = waiting_reasons(jobs) if any(j.get("state") == "queued" for j in records) else {}
+    rows = _rows(records, waiting)
     emit(settings, data=rows, rows=rows, columns=JOB_COLUMNS, csv_columns=JOB_CSV_COLUMNS)
     if not rows:
         notice("no jobs", quiet=settings.quiet)

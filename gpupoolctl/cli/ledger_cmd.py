@@ -5,6 +5,7 @@ Parse, call gpupoolctl.ledger, render. Warnings the library returns go to stderr
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
@@ -14,7 +15,7 @@ import typer
 from gpupoolctl.cli.console import notice, warn
 from gpupoolctl.cli.render import Column, emit
 from gpupoolctl.cli.settings import OutputFormat, Settings
-from gpupoolctl.errors import ExitCode, UsageError
+from gpupoolctl.errors import ExitCode, GpupoolError, UsageError
 
 if TYPE_CHECKING:
     from gpupoolctl.ledger import Allocation, Ledger
@@ -61,15 +62,14 @@ def record_slices_of(settings: Settings, targets: list[Any]) -> list[Any]:
 
 
 def discover_slices(settings: Settings, ledger: Ledger) -> None:
-    """Record the selected hosts' slices from their facts when the ledger knows none of them
-    yet (a fresh ledger), as submit does: `alloc` on a new pool then has slices to give."""
+    """On a ledger that knows no slices yet (a fresh one), record the selected hosts'
+    slices from their facts, as submit does: `alloc` on a new pool then has slices to give.
+    A ledger that knows slices is not touched (nor the inventory read): `pool` refreshes."""
     from gpupoolctl.cli import pool as hosts_pool
 
-    selection = hosts_pool.select(settings)
-    known = {s.get("host") for s in ledger.read().state.slices.values()}
-    missing = [t for t in selection.targets() if t.name not in known]
-    if not missing:
+    if ledger.read().state.slices:
         return
+    missing = hosts_pool.select(settings).targets()
     results = hosts_pool.fan_out(settings, missing, {"v": 1, "verb": "facts", "args": {}})
     for result in results:
         if not result.ok:
@@ -84,7 +84,9 @@ def _warn_all(messages: list[str]) -> None:
 
 
 def _gib(mib: int | None) -> str | None:
-    return None if mib is None else f"{mib / 1024:.1f}"
+    from gpupoolctl.ledger.units import gib_text
+
+    return None if mib is None else gib_text(mib)
 
 
 # -- pool -----------------------------------------------------------------------------------
@@ -125,12 +127,25 @@ def pool(
             "--no-refresh", help="Show what the ledger knows, without contacting the nodes."
         ),
     ] = False,
+    free: Annotated[bool, typer.Option("--free", help="Only the free slices.")] = False,
+    host: Annotated[
+        str | None,
+        typer.Option("--host", help="Only hosts matching this glob (sg-*), like alloc --host."),
+    ] = None,
+    summary: Annotated[
+        bool,
+        typer.Option(
+            "--summary", help="One line per node: slices, free, held, free memory and shapes."
+        ),
+    ] = False,
 ) -> None:
     """Slices of the pool, free or held and by whom, per node.
 
     Reads the facts of the selected nodes (like `inventory`), records their slices in the
     ledger when they changed (whole GPUs, MIG instances, AMD partitions, SR-IOV VFs), then
-    shows every slice. Exit 3 when some nodes could not be read: their last known slices stay.
+    shows every slice (--free: the free ones; --summary: a line per node). Memory is in GiB
+    rounded down, the figure `--mem` compares. Exit 3 when some nodes could not be read:
+    their last known slices stay.
     """
     from gpupoolctl.cli import pool as hosts_pool
     from gpupoolctl.ledger import pool_report
@@ -152,10 +167,22 @@ def pool(
         shown = {h.name for h in hosts_pool.select(settings).hosts}
     view = ledger.read()
     _warn_all(view.warnings)
-    data = {"ledger": str(ledger.path), **pool_report(view.state, view.now, shown)}
-    rows = [_slice_row(s) for n in data["nodes"] for s in n["slices"]]
-    emit(settings, data=data, rows=rows, columns=SLICE_COLUMNS, csv_columns=SLICE_CSV_COLUMNS)
-    if settings.resolved_output() is OutputFormat.table and data["nodes"]:
+    if host is not None:
+        if not host.strip():
+            raise UsageError("--host must not be empty")
+        known = shown if shown is not None else {s["host"] for s in view.state.slices.values()}
+        shown = {name for name in known if fnmatch.fnmatchcase(name, host)}
+        if not shown:
+            raise GpupoolError(f"--host {host!r} matches no host the ledger knows")
+    report = pool_report(view.state, view.now, shown, free_only=free)
+    data = {"ledger": str(ledger.path), **report}
+    if summary:
+        rows = [_summary_row(n) for n in data["nodes"]]
+        emit(settings, data=data, rows=rows, columns=SUMMARY_COLUMNS)
+    else:
+        rows = [_slice_row(s) for n in data["nodes"] for s in n["slices"]]
+        emit(settings, data=data, rows=rows, columns=SLICE_COLUMNS, csv_columns=SLICE_CSV_COLUMNS)
+    if not summary and settings.resolved_output() is OutputFormat.table and data["nodes"]:
         from gpupoolctl.cli.render import table
 
         table(
@@ -180,6 +207,25 @@ def pool(
         notice("the ledger knows no slices yet", quiet=settings.quiet)
     if failed:
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+SUMMARY_COLUMNS = (
+    Column("host", "HOST"),
+    Column("total", "SLICES", "right"),
+    Column("free", "FREE", "right"),
+    Column("held", "HELD", "right"),
+    Column("free_memory", "FREE GiB", "right"),
+    Column("shapes", "FREE SHAPES"),
+)
+
+
+def _summary_row(node: dict[str, Any]) -> dict[str, Any]:
+    shapes = " ".join(f"{n}x{shape}" for shape, n in sorted(node["free_shapes"].items()))
+    return {
+        **{k: v for k, v in node.items() if k != "slices"},
+        "free_memory": _gib(node["free_mib"]),
+        "shapes": shapes or None,
+    }
 
 
 def _slice_row(entry: dict[str, Any]) -> dict[str, Any]:
@@ -378,14 +424,17 @@ def verify(
         bool, typer.Option("--all", help="Also check every archive (reads all history).")
     ] = False,
 ) -> None:
-    """Check checksums, sequence and invariants: no slice held twice, no hold on a slice
-    that no longer exists. Exit 0 when all hold, 4 when not."""
+    """Check checksums, sequence and invariants: no slice held twice (by two allocations,
+    or by a job and another allocation), no hold on a slice that no longer exists. Exit 0
+    when all hold, 4 when not, 1 when a ledger given with --ledger does not exist."""
     settings: Settings = ctx.obj
     report = open_ledger(settings).verify(deep=everything)
     data = report.to_dict()
     rows = [p.to_dict() for p in report.problems]
     columns = (Column("kind", "PROBLEM"), Column("where", "WHERE"), Column("message", "DETAIL"))
-    if report.ok and settings.resolved_output() is OutputFormat.table:
+    if not report.exists and settings.resolved_output() is OutputFormat.table:
+        print(f"ok: no ledger yet at {report.path} (nothing has been allocated)")
+    elif report.ok and settings.resolved_output() is OutputFormat.table:
         print(
             f"ok: {report.path}: seq {report.seq}, {report.journal_records} record(s) since the "
             f"last compaction, {report.archives} archive(s), {report.slices} slice(s), "

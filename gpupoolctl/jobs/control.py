@@ -166,6 +166,53 @@ def listing(jobs: Jobs, *, everything: bool = False, recent_s: float = 3600.0) -
     return sorted(chosen, key=lambda j: int(str(j["id"]).removeprefix("j-") or 0))
 
 
+def waiting_reasons(jobs: Jobs, view: Any = None) -> dict[str, str]:
+    """Why each queued job waits, from the scheduler's own placement on the ledger as it is
+    now (writes nothing): what does not fit and why, or that it fits and waits its turn."""
+    from gpupoolctl.ledger.units import parse_ts
+    from gpupoolctl.sched import NoFit, QueueEntry, order_queue
+
+    view = view or jobs.read()
+    state = view.state
+    entries = [QueueEntry.from_record(r) for r in state.queue.values()]
+    reasons: dict[str, str] = {}
+    for entry in order_queue(entries, parse_ts(view.now)):
+        job = state.jobs.get(str(entry.job)) if entry.job else None
+        if job is None or job.get("state") != "queued":
+            continue
+        policy = str(job.get("policy") or "best-fit")
+        result = jobs.place(state, entry.request, view.now, policy)
+        if isinstance(result, NoFit):
+            reasons[job["id"]] = result.reason
+        else:
+            reasons[job["id"]] = "fits now: the next schedule pass starts it"
+    return reasons
+
+
+def reason_text(job: dict[str, Any], waiting: str | None = None) -> str | None:
+    """Why the job is where it is, for people: why it waits (and that it was preempted
+    before, when it was), why it failed or was cancelled. A running job has none, unless it
+    runs again after a preemption."""
+    recorded = job.get("error") or job.get("reason")
+    state = job.get("state")
+    if state == "queued":
+        earlier = str(recorded) if recorded and "preempted" in str(recorded) else None
+        parts = [p for p in (earlier, waiting) if p]
+        return "; ".join(parts) or None
+    if state in ("pending", "running"):
+        preempt = job.get("preempt")
+        if preempt:
+            return f"being preempted for {preempt.get('by')}"
+        if job.get("cancel"):
+            return "being cancelled"
+        return (
+            f"run {job.get('run')}: {recorded}"
+            if recorded and int(job.get("run") or 1) > 1
+            else None
+        )
+    return str(recorded) if recorded else None
+
+
 def row(job: dict[str, Any], now: float | None = None) -> dict[str, Any]:
     """One job as the `jobs` table and JSON show it."""
     now = time.time() if now is None else now
@@ -186,7 +233,7 @@ def row(job: dict[str, Any], now: float | None = None) -> dict[str, Any]:
         "pids": [n.get("pid") for n in nodes],
         "run": job.get("run"),
         "argv": job.get("argv"),
-        "reason": job.get("error") or job.get("reason"),
+        "reason": reason_text(job),
         "created": job.get("created"),
         "updated": job.get("updated"),
     }

@@ -41,18 +41,41 @@ def slice_rows(
     return rows
 
 
-def pool_report(state: State, now: str, hosts: Collection[str] | None = None) -> dict[str, Any]:
-    """{"seq", "now", "nodes", "orphans"}: per node its slice counts (total, free, held) and
-    its slices (as `slice_rows`, same order); per orphaned hold (an allocation holding a
-    slice that no longer exists) its alloc, owner, slice and a message for the user."""
+def shape_of(row: dict[str, Any]) -> str:
+    """A slice's shape as people name it: its profile (1g.10gb, cpx), else its kind."""
+    return str(row.get("profile") or row.get("kind") or "?")
+
+
+def pool_report(
+    state: State, now: str, hosts: Collection[str] | None = None, *, free_only: bool = False
+) -> dict[str, Any]:
+    """{"seq", "now", "nodes", "orphans"}: per node its slice counts (total, free, held),
+    its free slices per shape and free memory, and its slices (as `slice_rows`, same order;
+    only the free ones with `free_only`, the counts still of all); per orphaned hold (an
+    allocation holding a slice that no longer exists) its alloc, owner, slice and a message
+    for the user."""
     nodes: dict[str, dict[str, Any]] = {}
     for row in slice_rows(state, now, hosts):
         node = nodes.setdefault(
-            row["host"], {"host": row["host"], "total": 0, "free": 0, "held": 0, "slices": []}
+            row["host"],
+            {
+                "host": row["host"],
+                "total": 0,
+                "free": 0,
+                "held": 0,
+                "free_mib": 0,
+                "free_shapes": {},
+                "slices": [],
+            },
         )
         node["total"] += 1
         node[row["state"]] += 1
-        node["slices"].append(row)
+        if row["state"] == "free":
+            node["free_mib"] += int(row.get("memory_mib") or 0)
+            shapes = node["free_shapes"]
+            shapes[shape_of(row)] = shapes.get(shape_of(row), 0) + 1
+        if row["state"] == "free" or not free_only:
+            node["slices"].append(row)
     orphans = [
         {
             "alloc": alloc.id,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpupoolctl.ledger.units import gib_text
 from gpupoolctl.sched.request import JobRequest
 
 _TIES = {
@@ -15,7 +16,7 @@ _TIES = {
 
 
 def gib(mib: int) -> str:
-    return f"{mib / 1024:.1f} GiB"
+    return f"{gib_text(mib)} GiB"
 
 
 def header(request: JobRequest, policy: str) -> str:
