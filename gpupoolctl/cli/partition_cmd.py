@@ -95,26 +95,35 @@ def _load_hooks_first(hooks_file: Path | None) -> Hooks | None:
 def profiles(
     ctx: typer.Context,
     model: Annotated[
-        str | None, typer.Option("--model", "-m", help="Only this model (catalog key or name).")
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Only these models: a catalog key or name, or a part of one as people say "
+            "it (H100, a100, mi300x), any case.",
+        ),
     ] = None,
 ) -> None:
     """What each card can be cut into: the catalog, or with -l the nodes' own drivers.
+
+    A model that can be cut into nothing (an L40S: no MIG, no AMD modes) is said so in one
+    line.
 
     With hosts selected by -l/--limit, every MIG GPU's profile table is read from its driver
     (it wins over the catalog on real hardware) and each difference from the catalog is
     reported.
     """
     settings: Settings = ctx.obj
+    table = settings.resolved_output() is OutputFormat.table
     if settings.limit is None:
-        from gpupoolctl.partition import profile_rows
+        from gpupoolctl.partition.profiles import profile_table
 
-        rows = profile_rows(model)
-        emit(
-            settings,
-            data={"source": "catalog", "profiles": rows},
-            rows=rows,
-            columns=view.PROFILE_COLUMNS,
-        )
+        models, rows = profile_table(model)
+        data = {"source": "catalog", "models": models, "profiles": rows}
+        if rows or not table:
+            emit(settings, data=data, rows=rows, columns=view.PROFILE_COLUMNS)
+        else:
+            sys.stdout.write(view.no_profiles_text(models) + "\n")
         return
     from gpupoolctl.partition.profiles import compare_with_catalog
 
@@ -126,12 +135,14 @@ def profiles(
         "profiles": rows,
         "differences": differences,
     }
-    emit(settings, data=data, rows=rows, columns=view.HOST_PROFILE_COLUMNS)
-    if settings.resolved_output() is OutputFormat.table:
+    if rows or not table:
+        emit(settings, data=data, rows=rows, columns=view.HOST_PROFILE_COLUMNS)
+    else:
+        which = f" {model}" if model else ""
+        sys.stdout.write(f"no MIG-capable{which} GPU on the selected hosts\n")
+    if table:
         for line in differences:
             warn(f"differs from the catalog: {line}")
-        if not rows:
-            notice("no MIG-capable GPU on the selected hosts", quiet=settings.quiet)
     if _unreachable(hosts):
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
 

@@ -54,6 +54,13 @@ PROFILE_COLUMNS = (
 HOST_PROFILE_COLUMNS = (Column("host", "HOST"), Column("gpus", "GPUS"), *PROFILE_COLUMNS)
 
 
+def no_profiles_text(models: Sequence[str]) -> str:
+    """One line for a `profiles --model` answer without rows."""
+    names = ", ".join(models)
+    verb = "has" if len(models) == 1 else "have"
+    return f"{names} {verb} no MIG profiles and no AMD partition modes: used as whole cards"
+
+
 def gpu_plan_dict(gpu: GpuDiff) -> dict[str, Any]:
     return {
         "index": gpu.index,

@@ -13,6 +13,7 @@ returned, one line each, for the catalog to be corrected and plans made from it 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -123,23 +124,41 @@ def placements_text(profile: catalog.GpuInstanceProfile) -> str:
     return f"{{{starts}}}:{profile.placement_size}"
 
 
+def names_model(wanted: str, names: Sequence[str]) -> bool:
+    """Whether a user's model string names a card known by `names`: case-insensitive, the
+    whole name ("H100-SXM5-80GB", "0x233010DE") or a part of one that starts a word, as
+    people say it ("H100", "a100", "mi300"; "H200" is not GH200)."""
+    text = wanted.strip().lower()
+    if not text:
+        return False
+    start = re.compile(r"(?<![a-z0-9])" + re.escape(text))
+    return any(name.lower() == text or start.search(name.lower()) for name in names)
+
+
 def resolve_model(model: str) -> list[tuple[str, Any]]:
-    """Catalog entries (NVIDIA models or AMD products) a user's model string names."""
+    """Catalog entries (NVIDIA models or AMD products) a user's model string names: every
+    entry it names exactly, else every one a part of whose name it is (names_model)."""
+    entries: list[tuple[str, Any, list[str]]] = [
+        ("nvidia", nv, [key, *nv.names, *nv.pci_device_ids])
+        for key, nv in catalog.nvidia_models().items()
+    ]
+    entries += [
+        ("amd", amd, [key, amd.name, *amd.market_names])
+        for key, amd in amd_modes.products().items()
+    ]
     wanted = model.strip().lower()
-    found: list[tuple[str, Any]] = []
-    for key, nv in catalog.nvidia_models().items():
-        names = [key, *nv.names, *nv.pci_device_ids]
-        if wanted in (n.lower() for n in names):
-            found.append(("nvidia", nv))
-    for key, amd in amd_modes.products().items():
-        names = [key, amd.name, *amd.market_names]
-        if wanted in (n.lower() for n in names):
-            found.append(("amd", amd))
-    return found
+    exact = [(v, e) for v, e, names in entries if wanted in (n.lower() for n in names)]
+    return exact or [(v, e) for v, e, names in entries if names_model(model, names)]
 
 
 def profile_rows(model: str | None = None) -> list[dict[str, Any]]:
     """Rows for `partition profiles`: every MIG profile (and AMD mode pair) per model."""
+    return profile_table(model)[1]
+
+
+def profile_table(model: str | None = None) -> tuple[list[str], list[dict[str, Any]]]:
+    """The catalog keys of the models `model` names (all without it), and their rows:
+    every MIG profile and AMD mode pair. A model without either (an L40S) has no rows."""
     if model is None:
         entries: list[tuple[str, Any]] = [("nvidia", m) for m in catalog.nvidia_models().values()]
         entries += [("amd", p) for p in amd_modes.products().values()]
@@ -154,7 +173,7 @@ def profile_rows(model: str | None = None) -> list[dict[str, Any]]:
             rows.extend(_nvidia_rows(entry))
         else:
             rows.extend(_amd_rows(entry))
-    return rows
+    return [entry.key for _, entry in entries], rows
 
 
 def _nvidia_rows(model: catalog.NvidiaModel) -> list[dict[str, Any]]:
@@ -256,7 +275,7 @@ def _model_matches(
     names = [str(gpu.get("model") or ""), str(gpu.get("pci_device_id") or "")]
     if model is not None:
         names += [model.key, *model.names, *model.pci_device_ids]
-    return wanted.strip().lower() in (n.lower() for n in names)
+    return names_model(wanted, names)
 
 
 def compare_with_catalog(
