@@ -300,7 +300,12 @@ def _execute(
     by_name = {h.name: h for h in hosts}
     changing = [p for p in plans if p.changed]
     down = _unreachable(hosts)
-    if not changing:
+    if not changing and withheld:
+        warn(
+            f"nothing was changed: {len(withheld)} GPU(s) left as they are because the "
+            "ledger says their slices are held (each named above)"
+        )
+    elif not changing:
         notice("nothing to change: every selected GPU is already as asked", quiet=settings.quiet)
     else:
         _confirm(plans, yes)
@@ -393,7 +398,12 @@ def apply(
 def reset(
     ctx: typer.Context, yes: Yes = False, force: Force = False, hooks_file: HooksFile = None
 ) -> None:
-    """Back to whole cards: MIG off, AMD SPX/NPS1, no SR-IOV VFs."""
+    """Back to whole cards: MIG off, AMD SPX/NPS1, no SR-IOV VFs.
+
+    As with apply, GPUs with running processes or slices held in the ledger are left as
+    they are unless --force, each named with what holds it (the allocation, its owner and
+    job); exit 3 when any GPU was so refused, failed, or a host was unreachable.
+    """
     from gpupoolctl.partition import reset_plan
 
     settings: Settings = ctx.obj

@@ -42,6 +42,10 @@ class GpuDiff:
     expect: dict[str, Any] = field(default_factory=dict)
     # Other GPUs of the host the ops change too (an AMD card's partitions, its hive).
     also_changes: list[int] = field(default_factory=list)
+    # Why its ops were dropped before anything was sent (partition.guard: slices held in
+    # the ledger), and how many there were: the GPU is refused, not already right.
+    withheld: str | None = None
+    withheld_ops: int = 0
 
     @property
     def unchanged(self) -> bool:

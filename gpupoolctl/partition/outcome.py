@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpupoolctl.partition.diff import HostPlan
+from gpupoolctl.partition.diff import GpuDiff, HostPlan
 
 
 class RequestResult(Protocol):
@@ -71,5 +71,26 @@ def merge_outcomes(plans: Sequence[HostPlan], results: Mapping[str, RequestResul
                 {**outcome, "model": model, "ops": len(diff.ops) if diff is not None else None}
             )
             merged.failed = merged.failed or not outcome["ok"]
+        for diff in plan.gpus:
+            if diff.withheld is not None:  # refused here, before the request: never sent
+                entry["gpus"].append(_withheld(diff))
+                merged.failed = True
+        entry["gpus"].sort(key=lambda gpu: gpu["index"])
         merged.hosts.append(entry)
     return merged
+
+
+def _withheld(diff: GpuDiff) -> dict[str, Any]:
+    """A GPU left out of the request (partition.guard) as an outcome: refused, 0 applied."""
+    return {
+        "index": diff.index,
+        "uuid": diff.uuid,
+        "ok": False,
+        "applied": 0,
+        "error": diff.withheld,
+        "rolled_back": False,
+        "rollback_error": None,
+        "reset_required": False,
+        "model": diff.model,
+        "ops": diff.withheld_ops,
+    }
