@@ -1,6 +1,7 @@
 """`gpupoolctl partition`: MIG, AMD compute/memory partitions and SR-IOV, declaratively.
 
-Exit codes: 0 done (or nothing to do); 1 a spec or hooks file is wrong (nothing changed);
+Exit codes: 0 done (or nothing to do); 1 a spec or hooks file is wrong, or a label selects
+no GPU or asks GPUs for what they cannot do (nothing changed);
 2 usage (e.g. apply without --yes when not on a terminal); 3 some hosts were unreachable, a
 hook failed, or some GPUs failed (and were rolled back) or were refused (busy, held in the
 ledger, changed since the plan, or another partition run holding the node); 4 (assert) the
@@ -24,7 +25,9 @@ from gpupoolctl.cli.settings import OutputFormat, Settings
 from gpupoolctl.errors import ExitCode
 
 if TYPE_CHECKING:
+    from gpupoolctl.inventory import Inventory
     from gpupoolctl.partition import HostPlan, Spec
+    from gpupoolctl.partition.coverage import HostRead
     from gpupoolctl.partition.hooks import Hooks
 
 app = typer.Typer(
@@ -67,6 +70,31 @@ def _plans(spec: Spec, label: str, hosts: list[HostFacts]) -> list[HostPlan]:
     for message in dict.fromkeys(w for p in plans for w in p.warnings):
         warn(message)
     return plans
+
+
+def _read(hosts: list[HostFacts]) -> list[HostRead]:
+    from gpupoolctl.partition.coverage import HostRead
+
+    return [HostRead(h.name, h.host.groups, h.facts) for h in hosts if h.ok]
+
+
+def _known(inventory: Inventory) -> list[tuple[str, list[str]]]:
+    return [(host.name, host.groups) for host in inventory.hosts.values()]
+
+
+def _label_errors(
+    spec: Spec, label: str, inventory: Inventory, hosts: list[HostFacts]
+) -> list[str]:
+    """What the label is refused for across the hosts read (an entry that selects no GPU,
+    or asks GPUs for what none of them can do; a label that selects nothing); entries
+    whose hosts: the inventory does not know are said on stderr."""
+    from gpupoolctl.partition.coverage import label_errors
+
+    where = Path(str(inventory.source)).name
+    errors, warnings = label_errors(spec, label, _read(hosts), _known(inventory), where)
+    for message in warnings:
+        warn(message)
+    return [str(e) for e in errors]
 
 
 def _load_spec_first(spec_file: Path, label: str) -> Spec:
@@ -222,10 +250,10 @@ def _emit_plans(
     )
 
 
-def _errors_exit(plans: list[HostPlan], verbose: bool) -> None:
+def _errors_exit(plans: list[HostPlan], verbose: bool, label_errors: list[str]) -> None:
     """Spec errors end the command with exit 1 before anything changes: the first one (it
     names file:line and the valid choices), then how many more (all of them with -v)."""
-    errors = list(dict.fromkeys(e for plan in plans for e in plan.errors))
+    errors = list(dict.fromkeys([*label_errors, *(e for plan in plans for e in plan.errors)]))
     if not errors:
         return
     for message in errors if verbose else errors[:1]:
@@ -240,16 +268,22 @@ def plan(ctx: typer.Context, spec_file: SpecFile, label: Label) -> None:
     """Show, per host and GPU, what `apply` would change and the ordered operations.
 
     Nothing changes. Exit 1 when the file is wrong or asks for something impossible
-    (file:line and the valid choices on stderr), 3 when some hosts could not be read.
+    (file:line and the valid choices on stderr): an entry that selects no GPU on the hosts
+    its hosts: name, or asks the GPUs it selects for what none of them has (MIG of an L40S,
+    AMD modes of an NVIDIA card), or a label that selects no GPU on the hosts read (naming
+    the entries whose hosts: the inventory does not know; elsewhere those are warnings, as
+    one file may serve several inventories). 3 when some hosts could not be read.
     """
     settings: Settings = ctx.obj
     spec = _load_spec_first(spec_file, label)
-    _, hosts = gather(settings)
+    inventory, hosts = gather(settings)
     plans = _plans(spec, label, hosts)
-    failed = any(p.errors for p in plans)
+    errors = _label_errors(spec, label, inventory, hosts)
+    failed = bool(errors) or any(p.errors for p in plans)
     if not failed or settings.resolved_output() is not OutputFormat.table:
-        _emit_plans(settings, plans, hosts, {"file": str(spec_file), "label": label})
-    _errors_exit(plans, settings.verbosity > 0)
+        extra = {"file": str(spec_file), "label": label, "errors": errors}
+        _emit_plans(settings, plans, hosts, extra)
+    _errors_exit(plans, settings.verbosity > 0, errors)
     if _unreachable(hosts):
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
 
@@ -289,11 +323,12 @@ def _execute(
     force: bool,
     hooks: Hooks | None,
     extra: dict[str, Any],
+    label_errors: list[str] | None = None,
 ) -> None:
     """Confirm, send each changing host its plans, print the outcome per GPU, exit."""
     from gpupoolctl.partition.outcome import merge_outcomes
 
-    _errors_exit(plans, settings.verbosity > 0)
+    _errors_exit(plans, settings.verbosity > 0, label_errors or [])
     withheld = [] if force else _keep_held_gpus(settings, plans)
     for message in withheld:
         warn(message)
@@ -372,16 +407,18 @@ def apply(
 ) -> None:
     """Make the selected GPUs match the label: only GPUs that differ are touched.
 
-    GPUs with running processes are refused unless --force. If a step fails on a GPU, that
-    GPU's previous layout is restored; other GPUs and hosts carry on. Asks before changing
-    anything on a terminal; elsewhere --yes is required (exit 2 without it). Exit 3 when a
-    host was unreachable or a GPU failed.
+    GPUs with running processes, or whose slices the ledger says are held, are refused
+    unless --force. If a step fails on a GPU, that GPU's previous layout is restored; other
+    GPUs and hosts carry on. Asks before changing anything on a terminal; elsewhere --yes is
+    required (exit 2 without it). Exit 1, before anything changes, for what `plan` refuses
+    (a wrong file, an entry or label that selects no GPU or asks the impossible); 3 when a
+    host was unreachable or a GPU failed or was refused.
     """
     settings: Settings = ctx.obj
     _require_consent(yes)
     spec = _load_spec_first(spec_file, label)
     hooks = _load_hooks_first(hooks_file)
-    _, hosts = gather(settings)
+    inventory, hosts = gather(settings)
     plans = _plans(spec, label, hosts)
     _execute(
         settings,
@@ -391,6 +428,7 @@ def apply(
         force=force,
         hooks=hooks,
         extra={"file": str(spec_file), "label": label},
+        label_errors=_label_errors(spec, label, inventory, hosts),
     )
 
 
@@ -427,22 +465,29 @@ def reset(
 
 @app.command("assert")
 def assert_(ctx: typer.Context, spec_file: SpecFile, label: Label) -> None:
-    """Exit 0 when every selected host holds the label, 4 when not (each mismatch listed),
-    3 when some hosts could not be read."""
-    from gpupoolctl.partition import assert_host, load_spec, selected_gpus
+    """Exit 0 when every selected host holds the label, 4 when not (each mismatch listed,
+    and each entry that selects no GPU or asks what none of its GPUs can do), 3 when some
+    hosts could not be read."""
+    from gpupoolctl.partition import assert_host, load_spec
+    from gpupoolctl.partition.coverage import entry_problems, nothing_selected
 
     settings: Settings = ctx.obj
     spec = load_spec(spec_file)
     spec.config(label)
-    _, hosts = gather(settings)
+    inventory, hosts = gather(settings)
     rows = []
-    selected = 0
     for host in hosts:
         if host.ok:
             mismatches = assert_host(spec, label, host.name, host.host.groups, host.facts)
             rows += [{"host": host.name, "mismatch": m} for m in mismatches]
-            selected += selected_gpus(spec, label, host.name, host.host.groups, host.facts)
-    if selected == 0 and any(h.ok for h in hosts):
+    read = _read(hosts)
+    where = Path(str(inventory.source)).name
+    coverage = entry_problems(spec, label, read, _known(inventory), where)
+    for problem in coverage.unknown_hosts:
+        warn(str(problem))
+    for problem in coverage.errors:
+        rows.append({"host": None, "mismatch": str(problem)})
+    if nothing_selected(spec, label, read):
         rows.append(
             {
                 "host": None,

@@ -10,7 +10,7 @@ from gpupoolctl.cli import pool
 from gpupoolctl.cli.settings import Settings
 
 if TYPE_CHECKING:
-    from gpupoolctl.inventory import Host
+    from gpupoolctl.inventory import Host, Inventory
     from gpupoolctl.remote.results import HostResult
     from gpupoolctl.remote.target import Target
 
@@ -34,8 +34,8 @@ class HostFacts:
         return self.result.data if self.result.ok else {}
 
 
-def gather(settings: Settings) -> tuple[str, list[HostFacts]]:
-    """The inventory's source and the facts of every selected host (ok or not)."""
+def gather(settings: Settings) -> tuple[Inventory, list[HostFacts]]:
+    """The inventory and the facts of every selected host (ok or not)."""
     selection = pool.select(settings)
     targets = selection.targets()
     results = pool.fan_out(settings, targets, {"v": 1, "verb": "facts", "args": {}})
@@ -43,7 +43,7 @@ def gather(settings: Settings) -> tuple[str, list[HostFacts]]:
         HostFacts(host, target, result)
         for host, target, result in zip(selection.hosts, targets, results, strict=True)
     ]
-    return str(selection.inventory.source), hosts
+    return selection.inventory, hosts
 
 
 # A MI300X memory-partition change takes about 140 s, and each hook may take up to 60 s.

@@ -119,11 +119,36 @@ def select(
     return out
 
 
+def takes(entry: SpecEntry, gpu: Mapping[str, Any]) -> dict[str, bool]:
+    """The aspects `entry` sets ("mig", "amd", "sriov"), each with whether this GPU has
+    what that aspect acts on (MIG, AMD partition modes, an SR-IOV PF). An aspect the GPU
+    lacks is skipped under `devices: all` (as mig-parted does) and an error for an index."""
+    out: dict[str, bool] = {}
+    if entry.mig_enabled is not None:
+        out["mig"] = mig_capable(gpu)
+    if entry.sets_amd:
+        out["amd"] = amd_product(gpu) is not None
+    if entry.sriov_vfs is not None:
+        out["sriov"] = bool(gpu.get("sriov"))
+    return out
+
+
+def asks_something(entry: SpecEntry, aspect: str) -> bool:
+    """Whether the aspect asks for something a GPU without it lacks: MIG enabled, AMD
+    modes, VFs. MIG disabled and 0 VFs hold on such a GPU as they are."""
+    if aspect == "mig":
+        return bool(entry.mig_enabled)
+    if aspect == "sriov":
+        return bool(entry.sriov_vfs)
+    return aspect == "amd"
+
+
 def _apply_entry(out: Selection, target: GpuTarget, entry: SpecEntry, host: str) -> None:
     gpu = target.gpu
     name = gpu_label(host, gpu)
-    if entry.mig_enabled is not None:
-        if mig_capable(gpu):
+    aspects = takes(entry, gpu)
+    if "mig" in aspects:
+        if aspects["mig"]:
             target.mig = entry
         elif entry.mig_enabled and not entry.all_devices:
             out.errors.append(
@@ -133,8 +158,8 @@ def _apply_entry(out: Selection, target: GpuTarget, entry: SpecEntry, host: str)
                     f"{name} is not MIG-capable; it cannot take mig-enabled: true",
                 )
             )
-    if entry.sets_amd:
-        if amd_product(gpu) is not None:
+    if "amd" in aspects:
+        if aspects["amd"]:
             target.amd = entry
         elif not entry.all_devices:
             out.errors.append(
@@ -145,8 +170,8 @@ def _apply_entry(out: Selection, target: GpuTarget, entry: SpecEntry, host: str)
                     "(an AMD Instinct card this catalog knows is needed)",
                 )
             )
-    if entry.sriov_vfs is not None:
-        if gpu.get("sriov"):
+    if "sriov" in aspects:
+        if aspects["sriov"]:
             target.sriov = entry
         elif not entry.all_devices:
             out.errors.append(
