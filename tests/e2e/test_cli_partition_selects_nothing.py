@@ -48,3 +48,23 @@ def test_plan_and_apply_refuse_a_label_that_reaches_no_gpu(cli, label: str) -> N
     as_json = cli("-q", "partition", "plan", "-f", str(spec), "-c", label, "-o", "json")
     assert as_json.code == 1
     assert as_json.json()["errors"] == [f"{spec}{WHY[label]}"]
+
+
+def test_assert_lists_an_entry_that_asks_what_no_gpu_has(cli) -> None:
+    spec = cli.tmp / "spec.yaml"
+    spec.write_text(
+        SPEC
+        + "  mixed:\n    - devices: all\n      mig-enabled: false\n"
+        + "    - hosts: [l40s]\n      devices: all\n      mig-enabled: true\n"
+        + "      mig-devices: {}\n"
+    )
+    run = cli("-q", "-l", "sg-dgx01,dxb-l40s-01", "partition", "assert", "-f", str(spec))
+    assert run.code == 2  # -c is required
+    run = cli(
+        "-q", "-l", "sg-dgx01,dxb-l40s-01", "partition", "assert", "-f", str(spec), "-c", "mixed"
+    )
+    assert run.code == 4, run.stdout + run.stderr
+    assert run.stdout == (
+        f"{spec}:18: mixed: this entry asks mig-enabled: true, but none of the GPUs it "
+        "selects is MIG-capable: dxb-l40s-01 GPU 0-3 (NVIDIA L40S)\n"
+    )
