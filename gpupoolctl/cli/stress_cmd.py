@@ -144,7 +144,8 @@ def _progress(settings: Settings, levels: int) -> Iterator[Callable[[Event], Non
             )
         return (
             f"level {level.level:g}: {format_rate(level.throughput)} jobs/s, "
-            f"queue wait p95 {format_duration(level.queue_wait.p95)}, {level.failed} failed"
+            f"queue wait p95 {format_duration(level.queue_wait.p95)}, "
+            f"launch p95 {format_duration(level.launch.p95)}, {level.failed} failed"
         )
 
     if settings.quiet:

@@ -52,6 +52,9 @@ class Finished:
     ended: float  # when the backend learned it ended
     error: str | None = None
     run_s: float | None = None  # the job's own run time, when the node reported it
+    # model.PHASES the backend measured over the job's life ("queue": waiting for a slice,
+    # "launch": starting it); they replace what the runner would infer, and the ticket's.
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -105,6 +105,7 @@ def summarize_level(
     credited = sum(_share_inside(s, start, end) for s in samples if s.ok)
 
     waits = [w for w in (s.queue_wait for s in inside) if w is not None]
+    launches = [t for t in (s.launch for s in inside) if t is not None]
     turnarounds = [t for t in (s.turnaround for s in inside) if t is not None]
     phases = {
         phase: _mean(measured)
@@ -130,6 +131,7 @@ def summarize_level(
         harness_s=_mean([s.harness_s for s in inside]) if inside else 0.0,
         errors=_top_errors(inside),
         thresholds=list(thresholds),
+        launch=distribution(launches),
     )
     if evaluate is not None:
         result.thresholds.extend(evaluate(result))

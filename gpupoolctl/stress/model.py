@@ -14,13 +14,16 @@ from typing import Any
 
 FORMAT = "gpupoolctl-stress/1"
 
-# Where a job's turnaround went, in the order a job meets them. Backends fill what they
-# can measure; the rest stay absent (not zero: zero would claim a measurement).
+# Where a job's turnaround went. Backends fill what they can measure; the rest stay absent
+# (not zero: zero would claim a measurement).
 PHASES = ("ledger", "launch", "queue", "run")
 PHASE_HELP = {
-    "ledger": "time inside ledger transactions (lock wait, replay, append, fsync)",
-    "launch": "time in agent calls during submit (SSH or local exec, launch on the node)",
-    "queue": "from the submit call to the job starting on its node, less ledger and launch",
+    "ledger": "time inside ledger transactions during submit (lock wait, replay, append, fsync)",
+    "launch": "starting the job: from its slice being granted to its launch call returning "
+    "(SSH or local exec, start on the node); for Slurm, the sbatch call",
+    "queue": "waiting for a slice: from the job entering the queue to its placement (where the "
+    "backend cannot see the placement: submit call to start on the node, less ledger and "
+    "launch)",
     "run": "the job's own run time on its node",
 }
 
@@ -42,10 +45,15 @@ class Sample:
 
     @property
     def queue_wait(self) -> float | None:
-        """Submit call to start on the node."""
-        if self.started is None:
-            return None
-        return max(0.0, self.started - self.submitted)
+        """Waiting for a slice: the "queue" phase where the backend measured it, else
+        inferred from the node's start (see inferred_queue). Launch is not part of it."""
+        measured = self.phases.get("queue")
+        return measured if measured is not None else inferred_queue(self)
+
+    @property
+    def launch(self) -> float | None:
+        """Starting the job, once it had its slice (the "launch" phase), where measured."""
+        return self.phases.get("launch")
 
     @property
     def turnaround(self) -> float | None:
@@ -53,6 +61,16 @@ class Sample:
         if self.ended is None:
             return None
         return max(0.0, self.ended - self.submitted)
+
+
+def inferred_queue(sample: Sample) -> float | None:
+    """Queue wait for a backend that cannot see the placement: submit call to start on the
+    node, less the ledger and launch time measured in between (never below 0). None when
+    the job never started."""
+    if sample.started is None:
+        return None
+    measured = sample.phases.get("ledger", 0.0) + sample.phases.get("launch", 0.0)
+    return max(0.0, sample.started - sample.submitted - measured)
 
 
 @dataclass
@@ -78,6 +96,11 @@ class Distribution:
         value: float | None = getattr(self, stat)
         return value
 
+    @classmethod
+    def empty(cls) -> Distribution:
+        """Nothing measured."""
+        return cls(0, None, None, None, None, None, None)
+
 
 @dataclass
 class ThresholdCheck:
@@ -101,12 +124,13 @@ class LevelResult:
     dropped: int  # open model: arrivals the harness could not issue on time (saturation)
     throughput: float  # jobs ended ok per second of the steady window
     failure_rate: float  # failed / (completed + failed), 0 when none ended
-    queue_wait: Distribution
+    queue_wait: Distribution  # waiting for a slice (launch is not part of it)
     turnaround: Distribution
     phases: dict[str, float]  # PHASES -> mean seconds per job, only those measured
     harness_s: float  # mean harness bookkeeping per submission
     errors: dict[str, int] = field(default_factory=dict)  # most frequent errors -> count
     thresholds: list[ThresholdCheck] = field(default_factory=list)
+    launch: Distribution = field(default_factory=Distribution.empty)  # starting each job
 
     @property
     def thresholds_ok(self) -> bool:
@@ -166,6 +190,6 @@ METRICS: tuple[str, ...] = (
     "failed",
     "dropped",
     "harness",
-    *(f"{d}.{s}" for d in ("queue_wait", "turnaround") for s in Distribution.STATS),
+    *(f"{d}.{s}" for d in ("queue_wait", "launch", "turnaround") for s in Distribution.STATS),
     *(f"phase.{p}" for p in PHASES),
 )

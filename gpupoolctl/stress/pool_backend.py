@@ -4,7 +4,14 @@ same path as `gpupoolctl submit` (ledger transaction, placement, launch through 
 Each submitting thread gets its own Jobs (own ledger handle), as separate `submit` processes
 would. One reaper thread does what `gpupoolctl jobs` does (recover, reap, schedule) every
 `poll_s` while anything is outstanding, and wakes the threads whose jobs ended. Time spent in
-ledger transactions and in agent calls is metered per thread, so a knee can be attributed.
+ledger transactions is metered per thread, so a knee can be attributed.
+
+A job is placed and launched by whichever scheduling pass gets to it first (its own submit,
+another submitter's, the reaper's), so each job's queue wait and launch come from a timeline
+that every Jobs this backend made writes into: when the ledger recorded it queued, when it
+recorded its placement (its slice granted), when the agent call that launched it returned,
+all on this workstation's clock. Queue wait is placement less queued: the wait for a slice,
+launch excluded; launch is its own phase.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -30,6 +37,61 @@ if TYPE_CHECKING:
     from gpupoolctl.remote.target import Target
 
 _LEDGER_CALLS = {"read", "write", "refresh_slices"}
+_STAMPED_STATES = {"queued": "queued", "pending": "placed"}  # job record state -> stamp
+
+
+class Timeline:
+    """When each job was queued, placed and launched, on this workstation's clock, whichever
+    thread's Jobs did it. Thread-safe; a job's stamps are kept until taken."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._stamps: dict[str, dict[str, float]] = {}
+
+    def _stamp(self, job_id: str, what: str, at: float) -> None:
+        with self._lock:
+            # The first of each: a job queued again (preempted, requeued) keeps its first
+            # wait, so the harness never reports less waiting than there was.
+            self._stamps.setdefault(job_id, {}).setdefault(what, at)
+
+    def saw_records(self, records: Iterable[dict[str, Any]]) -> None:
+        """A ledger write returned (committed) with these records."""
+        at = self._clock()
+        for record in records:
+            data = record.get("data") or {}
+            what = _STAMPED_STATES.get(str(data.get("state")))
+            if record.get("op") == "job" and what is not None and data.get("id"):
+                self._stamp(str(data["id"]), what, at)
+
+    def saw_launch(self, calls: Sequence[Call]) -> None:
+        """The agent calls that launched these jobs returned."""
+        at = self._clock()
+        for call in calls:
+            if call.verb == "launch" and call.args.get("job_id"):
+                # The node's id is the job's, or `<job>.<run>` for a later run.
+                self._stamp(str(call.args["job_id"]).split(".", 1)[0], "launched", at)
+
+    def take(self, job_id: str) -> dict[str, float]:
+        """The job's "queue" (queued to placed) and "launch" (placed to launched) phases,
+        those that were seen; its stamps are forgotten."""
+        with self._lock:
+            stamps = self._stamps.pop(job_id, {})
+        phases = {}
+        queued, placed, launched = (stamps.get(k) for k in ("queued", "placed", "launched"))
+        if queued is not None and placed is not None:
+            phases["queue"] = max(0.0, placed - queued)
+        if placed is not None and launched is not None:
+            phases["launch"] = max(0.0, launched - placed)
+        return phases
+
+    def forget(self, job_id: str | None = None) -> None:
+        """Drop one job's stamps, or everyone's."""
+        with self._lock:
+            if job_id is None:
+                self._stamps.clear()
+            else:
+                self._stamps.pop(job_id, None)
 
 
 class Meter:
@@ -47,11 +109,13 @@ class Meter:
 
 
 class MeteredLedger:
-    """The ledger, with the time of each read and write added to a meter."""
+    """The ledger, with the time of each read and write added to a meter, and the jobs each
+    write queued or placed stamped on a timeline."""
 
-    def __init__(self, inner: Ledger, meter: Meter) -> None:
+    def __init__(self, inner: Ledger, meter: Meter, timeline: Timeline | None = None) -> None:
         self._inner = inner
         self._meter = meter
+        self._timeline = timeline
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._inner, name)
@@ -61,26 +125,37 @@ class MeteredLedger:
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = perf_counter()
             try:
-                return value(*args, **kwargs)
+                done = value(*args, **kwargs)
             finally:
                 self._meter.add("ledger", perf_counter() - start)
+            records = getattr(done, "records", None)
+            if self._timeline is not None and name == "write" and records:
+                self._timeline.saw_records(records)
+            return done
 
         return timed
 
 
 class MeteredNodes(Nodes):
-    """Nodes whose agent calls (SSH or local exec) are added to a meter."""
+    """Nodes whose agent calls (SSH or local exec) are added to a meter ("agent": not a
+    phase of any one job, as a pass polls and launches many), and whose launches are
+    stamped on a timeline (a job's own "launch" phase)."""
 
-    def __init__(self, targets: Sequence[Target], run: Runner, meter: Meter) -> None:
+    def __init__(
+        self, targets: Sequence[Target], run: Runner, meter: Meter, timeline: Timeline | None = None
+    ) -> None:
         super().__init__(targets, run)
         self._meter = meter
+        self._timeline = timeline
 
     def call(self, calls: Sequence[Call]) -> list[HostResult]:
         start = perf_counter()
         try:
             return super().call(calls)
         finally:
-            self._meter.add("launch", perf_counter() - start)
+            self._meter.add("agent", perf_counter() - start)
+            if self._timeline is not None:
+                self._timeline.saw_launch(calls)
 
 
 @dataclass
@@ -128,13 +203,14 @@ class PoolBackend:
         self._reaper: threading.Thread | None = None
         self._reaper_jobs: Jobs | None = None
         self._reaper_failure: str | None = None
+        self.timeline = Timeline()
 
     # -- plumbing ---------------------------------------------------------------------------
 
     def _new_jobs(self) -> tuple[Jobs, Meter]:
         meter = Meter()
-        ledger: Any = MeteredLedger(self._open_ledger(), meter)
-        nodes = MeteredNodes(self._targets, self._run, meter)
+        ledger: Any = MeteredLedger(self._open_ledger(), meter, self.timeline)
+        nodes = MeteredNodes(self._targets, self._run, meter, self.timeline)
         return Jobs(ledger, nodes, owner=self._owner, hosts=self._hosts), meter
 
     @contextlib.contextmanager
@@ -194,7 +270,7 @@ class PoolBackend:
             finally:
                 self._collect(jobs)
             accepted = time.time()
-            phases = meter.take()
+            phases = {k: v for k, v in meter.take().items() if k == "ledger"}
         ticket = Ticket(job_id=str(outcome.job_id), accepted=accepted, phases=phases)
         if outcome.state in JOB_TERMINAL:
             ticket.finished = Finished(
@@ -202,6 +278,7 @@ class PoolBackend:
                 started=None,
                 ended=accepted,
                 error=outcome.reason or f"job {outcome.state} at submit",
+                phases=self.timeline.take(ticket.job_id),
             )
         else:
             with self._lock:
@@ -225,9 +302,12 @@ class PoolBackend:
         waiter.event.wait(timeout)
         with self._lock:
             self._raise_if_reaper_failed()
-            if waiter.finished is not None:
-                self._waiting.pop(ticket.job_id, None)
-            return waiter.finished
+            finished = waiter.finished
+            if finished is None:
+                return None
+            self._waiting.pop(ticket.job_id, None)
+        finished.phases.update(self.timeline.take(ticket.job_id))
+        return finished
 
     def _raise_if_reaper_failed(self) -> None:
         if self._reaper_failure is not None:
@@ -244,6 +324,7 @@ class PoolBackend:
             with self._lock:
                 self._outstanding.discard(ticket.job_id)
                 self._waiting.pop(ticket.job_id, None)
+            self.timeline.forget(ticket.job_id)
             self._collect(jobs)
 
     def close(self) -> None:
@@ -269,6 +350,7 @@ class PoolBackend:
             ]
             for made in handles:
                 made.ledger.close()
+            self.timeline.forget()
 
     def _cancel_left(self, jobs: Jobs, left: list[str]) -> None:
         from gpupoolctl.jobs import control

@@ -183,9 +183,10 @@ def _latency_figure(result: RunResult, baseline: RunResult | None, x_label: str)
         ("queue wait p50", lambda lv: lv.queue_wait.p50, "o-", 0.5),
         ("queue wait p95", lambda lv: lv.queue_wait.p95, "o-", 1.0),
         ("queue wait p99", lambda lv: lv.queue_wait.p99, "o-", 0.5),
+        ("launch p95", lambda lv: lv.launch.p95, "^-", 0.8),
         ("turnaround p95", lambda lv: lv.turnaround.p95, "s-", 1.0),
     )
-    colours = ("#6baed6", _CURRENT, "#08519c", "#ff7f0e")
+    colours = ("#6baed6", _CURRENT, "#08519c", "#2ca02c", "#ff7f0e")
     for (label, value, style, alpha), colour in zip(curves, colours, strict=True):
         xs, ys = _xy(result, value)
         ax.plot(xs, ys, style, color=colour, alpha=alpha, label=label)
@@ -198,7 +199,7 @@ def _latency_figure(result: RunResult, baseline: RunResult | None, x_label: str)
     _level_axis(ax, levels, x_label)
     ax.set_ylabel("seconds")
     ax.set_ylim(bottom=0)
-    ax.set_title("Queue wait and turnaround")
+    ax.set_title("Queue wait (for a slice), launch and turnaround")
     ax.legend(fontsize="small")
     return figure
 

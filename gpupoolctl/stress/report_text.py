@@ -26,6 +26,7 @@ LEVEL_COLUMNS: dict[str, str] = {
     "queue_p50": "queue p50",
     "queue_p95": "queue p95",
     "queue_p99": "queue p99",
+    "launch_p95": "launch p95",
     "turnaround_p95": "turnaround p95",
     "dominant": "most time in",
     "thresholds": "thresholds",
@@ -160,7 +161,8 @@ def _threshold_value_text(expr: str, value: float | None) -> str:
         return "no value"
     match = _METRIC_NAME.match(expr)
     metric = match.group(1) if match else ""
-    if metric.startswith(("queue_wait.", "turnaround.", "phase.")) or metric == "harness":
+    durations = ("queue_wait.", "launch.", "turnaround.", "phase.")
+    if metric.startswith(durations) or metric == "harness":
         return format_duration(value)
     if metric == "failure_rate":
         return format_percent(value)
@@ -195,6 +197,7 @@ def level_rows(result: RunResult) -> list[dict[str, Any]]:
                 "queue_p50": format_duration(level.queue_wait.p50),
                 "queue_p95": format_duration(level.queue_wait.p95),
                 "queue_p99": format_duration(level.queue_wait.p99),
+                "launch_p95": format_duration(level.launch.p95),
                 "turnaround_p95": format_duration(level.turnaround.p95),
                 "dominant": f"{phase[0]} {phase[1]:.0%}" if phase else MISSING,
                 "thresholds": _thresholds_text(level),
@@ -220,6 +223,7 @@ def level_records(result: RunResult) -> list[dict[str, Any]]:
                 "queue_p50": level.queue_wait.p50,
                 "queue_p95": level.queue_wait.p95,
                 "queue_p99": level.queue_wait.p99,
+                "launch_p95": level.launch.p95,
                 "turnaround_p95": level.turnaround.p95,
                 "dominant": phase[0] if phase else None,
                 "dominant_share": phase[1] if phase else None,

@@ -235,6 +235,10 @@ def _level(r: _Reader, d: dict[str, Any], where: str) -> LevelResult:
         harness_s=r.number(d, "harness_s", where),
         errors=dict(errors),
         thresholds=checks,
+        # Results saved before launch had its own figure have none: nothing measured.
+        launch=_distribution(r, r.mapping(d, "launch", where), f"{where}.launch")
+        if "launch" in d
+        else Distribution.empty(),
     )
 
 
@@ -295,7 +299,7 @@ def to_csv_rows(result: RunResult) -> list[dict[str, Any]]:
             "throughput": lv.throughput,
             "failure_rate": lv.failure_rate,
         }
-        for name in ("queue_wait", "turnaround"):
+        for name in ("queue_wait", "turnaround", "launch"):
             dist: Distribution = getattr(lv, name)
             row.update({f"{name}_{stat}": dist.get(stat) for stat in _ROW_STATS})
         row.update({f"phase_{phase}": lv.phases.get(phase) for phase in PHASES})

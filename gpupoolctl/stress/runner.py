@@ -24,7 +24,7 @@ from typing import Any
 
 from gpupoolctl.errors import GpupoolError
 from gpupoolctl.stress.backend import Backend, SubmitRefused, Work
-from gpupoolctl.stress.model import LevelResult, RunResult, Sample
+from gpupoolctl.stress.model import LevelResult, RunResult, Sample, inferred_queue
 
 
 class HarnessError(GpupoolError):
@@ -182,12 +182,14 @@ class Ramp:
             sample.error = finished.error
             if finished.run_s is not None:
                 sample.phases["run"] = finished.run_s
-            if finished.started is not None:
+            sample.phases.update(finished.phases)
+            if finished.started is not None and "queue" not in sample.phases:
+                # The backend did not see the placement: inferred from the node's start.
                 if finished.started < sample.submitted - CLOCK_SKEW_S:
                     self._note_skew(sample.submitted - finished.started)
-                measured = sample.phases.get("ledger", 0.0) + sample.phases.get("launch", 0.0)
-                waited = finished.started - sample.submitted - measured
-                sample.phases["queue"] = max(0.0, waited)
+                waited = inferred_queue(sample)
+                if waited is not None:
+                    sample.phases["queue"] = waited
         sample.harness_s = max(0.0, perf_counter() - begin - spent_in_backend)
         lvl.record(sample)
 

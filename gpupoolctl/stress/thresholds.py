@@ -3,8 +3,8 @@
 A threshold is `<metric> <op> <value>[unit]`, in the spirit of k6's `p(95)<500`, with the
 unit written out so nobody has to guess whether 500 meant seconds or milliseconds:
 
-    queue_wait.p95 < 5s        durations (queue_wait.*, turnaround.*, phase.*, harness):
-    turnaround.p99 <= 1500ms     s, ms, us or m (minutes); a unit is required
+    queue_wait.p95 < 5s        durations (queue_wait.*, launch.*, turnaround.*, phase.*,
+    turnaround.p99 <= 1500ms     harness): s, ms, us or m (minutes); a unit is required
     failure_rate < 1%          a percentage, or a fraction within 0..1 (0.01)
     throughput >= 2/s          jobs per second: /s or no unit
     dropped <= 0               counts (submitted, completed, failed, dropped): no unit
@@ -49,7 +49,8 @@ def metric_family(metric: str) -> str:
         return "throughput"
     if metric in COUNT_METRICS:
         return "count"
-    if metric == "harness" or metric.split(".", 1)[0] in ("queue_wait", "turnaround", "phase"):
+    family = metric.split(".", 1)[0]
+    if metric == "harness" or family in ("queue_wait", "launch", "turnaround", "phase"):
         return "duration"
     raise KeyError(metric)
 

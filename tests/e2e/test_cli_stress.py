@@ -264,3 +264,45 @@ def test_ctrl_c_stops_the_ramp_cancels_its_jobs_and_keeps_the_results(stress_cli
     after = stress_cli("-q", "jobs", "--all", "-o", "json").json()
     ramp_jobs = [j for j in after if (j.get("name") or "").startswith("stress-")]
     assert ramp_jobs and all(j["state"] == "cancelled" for j in ramp_jobs), ramp_jobs
+
+
+# -- queue wait and launch -------------------------------------------------------------------
+
+
+def short_ramp(cli, *extra: str, timeout: float = 120) -> Any:
+    """One level on one node, no warm-up, a short hold: a few seconds of real jobs."""
+    return cli(
+        "-l",
+        DGX,
+        "stress",
+        "ramp",
+        "--levels",
+        "1",
+        "--warmup",
+        "0s",
+        "--drain",
+        "20s",
+        "--save",
+        "run.json",
+        "-o",
+        "json",
+        *extra,
+        timeout=timeout,
+    )
+
+
+def test_queue_wait_is_the_wait_for_a_slice_and_launch_is_reported_apart(stress_cli) -> None:
+    run = short_ramp(stress_cli, "--hold", "1500ms", "--workload", "sleep", "--work", "100ms")
+    assert run.code == 0, run.stderr
+    [level] = run.json()["levels"]
+    assert level["completed"] > 0 and level["failed"] == 0
+    queue, launch = level["queue_wait"], level["launch"]
+    assert launch["count"] == queue["count"] == level["submitted"]
+    # One submitter on an idle node never waits for a slice: what it waits for is its
+    # launch (an agent call), and that is reported as launch, not as queue wait.
+    assert queue["p95"] < launch["p50"], (queue, launch)
+    # The queue phase and the queue-wait percentiles are one and the same wait.
+    assert level["phases"]["queue"] == pytest.approx(queue["mean"], abs=1e-3)
+    assert level["phases"]["launch"] == pytest.approx(launch["mean"], abs=1e-3)
+    table = stress_cli("stress", "report", "run.json")
+    assert table.code == 0 and "LAUNCH P95" in table.stdout

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from gpupoolctl.jobs import control
+from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.stress.backend import Ticket
-from gpupoolctl.stress.pool_backend import Meter, PoolBackend
+from gpupoolctl.stress.pool_backend import Meter, PoolBackend, Timeline
 
 DONE = {"id": "j-1", "state": "done", "exit_code": 0, "nodes": [{"started": 100.0}], "ended": 101.5}
 
@@ -100,3 +101,66 @@ def test_close_closes_every_ledger_handle_it_made(monkeypatch: pytest.MonkeyPatc
         pass
     backend.close()
     assert backend.fakes and all(fake.ledger.closed for fake in backend.fakes)
+
+
+# -- queue wait and launch: a timeline of every Jobs' writes and launches ----------------------
+
+
+class VirtualClock:
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_queue_wait_ends_when_the_slice_is_granted_and_launch_is_its_own_phase() -> None:
+    clock = VirtualClock()
+    timeline = Timeline(clock)
+    # Submit's first write queues the job; a later pass (another thread's Jobs) places it
+    # 2 s later; the launch call returns 0.6 s after that.
+    timeline.saw_records([{"op": "job", "data": {"id": "j-7", "state": "queued"}}])
+    clock.now += 0.001
+    timeline.saw_records([{"op": "job", "data": {"id": "j-7", "state": "queued"}}])  # again
+    clock.now += 1.999
+    timeline.saw_records(
+        [
+            {"op": "dequeue", "data": {"id": "q-8"}},
+            {"op": "alloc", "data": {"id": "a-9"}},
+            {"op": "job", "data": {"id": "j-7", "state": "pending", "alloc": "a-9"}},
+        ]
+    )
+    clock.now += 0.6
+    timeline.saw_launch([Call("node-1", "poll", {"job_ids": ["j-3"]})])
+    timeline.saw_launch([Call("node-1", "launch", {"job_id": "j-7", "argv": ["true"]})])
+    phases = timeline.take("j-7")
+    assert phases == {"queue": pytest.approx(2.0), "launch": pytest.approx(0.6)}
+    assert timeline.take("j-7") == {}  # taken once
+
+
+def test_a_later_run_of_a_job_is_stamped_as_the_job() -> None:
+    clock = VirtualClock()
+    timeline = Timeline(clock)
+    timeline.saw_records([{"op": "job", "data": {"id": "j-2", "state": "pending"}}])
+    clock.now += 0.25
+    timeline.saw_launch([Call("node-1", "launch", {"job_id": "j-2.2"})])
+    assert timeline.take("j-2") == {"launch": pytest.approx(0.25)}  # never seen queued
+
+
+def test_every_jobs_the_backend_makes_writes_into_its_timeline() -> None:
+    written = [{"op": "job", "data": {"id": "j-4", "state": "queued"}}]
+    ledger = SimpleNamespace(write=lambda build: SimpleNamespace(records=written, value=None))
+    backend = PoolBackend(
+        open_ledger=lambda: ledger,  # type: ignore[arg-type,return-value]
+        targets=[],
+        run=lambda requests: [],
+        owner="tester",
+        hosts=None,
+        make_spec=lambda work: None,  # type: ignore[arg-type,return-value]
+    )
+    jobs, meter = backend._new_jobs()
+    jobs.ledger.write(lambda tx: None)
+    written[:] = [{"op": "job", "data": {"id": "j-4", "state": "pending"}}]
+    jobs.ledger.write(lambda tx: None)
+    assert set(backend.timeline.take("j-4")) == {"queue"}
+    assert "ledger" in meter.take()

@@ -376,3 +376,20 @@ def test_commit_gives_up_when_git_hangs(tmp_path, monkeypatch):
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
     assert result_mod.source_commit(timeout_s=0.2) is None
+
+
+def test_launch_has_its_own_percentiles_in_the_file_and_older_files_without_them_load(tmp_path):
+    original = run_result()
+    original.levels[0].launch = distribution([0.15, 0.3, 0.8])
+    path = tmp_path / "run.json"
+    save(original, path)
+    data = json.loads(path.read_text())
+    assert data["levels"][0]["launch"]["count"] == 3
+    assert load(path) == original
+    row = to_csv_rows(original)[0]
+    assert row["launch_p95"] == pytest.approx(0.8, rel=1e-3)
+    # A result saved before launch had its own figure: no launch measured, not an error.
+    for lv in data["levels"]:
+        del lv["launch"]
+    older = from_dict(data, "older.json")
+    assert older.levels[0].launch.count == 0 and older.levels[0].launch.p95 is None

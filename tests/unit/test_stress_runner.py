@@ -10,6 +10,7 @@ import pytest
 from gpupoolctl.stress.backend import Finished, NoopBackend, SubmitRefused, Ticket, Work
 from gpupoolctl.stress.runner import HarnessError, LevelDone, LevelStarted, Ramp
 from gpupoolctl.stress.scenario import Scenario, Workload, parse_threshold
+from gpupoolctl.stress.thresholds import evaluate
 
 
 def scenario(**fields: object) -> Scenario:
@@ -238,3 +239,58 @@ def test_a_submit_that_never_returns_is_a_harness_error_not_an_endless_wait() ->
     with pytest.raises(HarnessError, match=r"level 3: 3 worker\(s\) still busy"):
         ramp.run()
     assert time.monotonic() - started < 5.0  # one margin for all three, not three
+
+
+class VirtualTimesBackend(NoopBackend):
+    """Jobs end at once, but report the times of a slow system on a virtual clock: the
+    launch (like sbatch) takes LAUNCH_S inside submit, then the job waits QUEUE_S for a
+    slice before it starts on its node. Nothing sleeps."""
+
+    name = "virtual"
+    LAUNCH_S, QUEUE_S = 0.2, 0.03
+
+    def submit(self, work: Work) -> Ticket:
+        ticket = super().submit(work)
+        ticket.phases = {"launch": self.LAUNCH_S}
+        return ticket
+
+    def wait(self, ticket: Ticket, timeout: float) -> Finished | None:
+        started = ticket.accepted + self.LAUNCH_S + self.QUEUE_S
+        return Finished(ok=True, started=started, ended=started + 0.01, run_s=0.01)
+
+
+class PlacedBackend(NoopBackend):
+    """A backend that saw the placement: it reports queue and launch itself."""
+
+    name = "placed"
+
+    def wait(self, ticket: Ticket, timeout: float) -> Finished | None:
+        started = ticket.accepted + 0.5
+        return Finished(
+            ok=True,
+            started=started,
+            ended=started + 0.01,
+            run_s=0.01,
+            phases={"queue": 0.1, "launch": 0.4},
+        )
+
+
+def test_queue_wait_leaves_launch_out_and_launch_has_its_own_percentiles() -> None:
+    level = Ramp(scenario(levels=(2,), hold_s=0.2), VirtualTimesBackend()).run().levels[0]
+    assert level.submitted > 0
+    # The distribution and the phase are the same wait: for a slice, launch excluded.
+    assert level.queue_wait.p95 == pytest.approx(VirtualTimesBackend.QUEUE_S, abs=0.01)
+    assert level.phases["queue"] == pytest.approx(level.queue_wait.mean, abs=0.001)
+    assert level.launch.count == level.submitted
+    assert level.launch.p95 == pytest.approx(VirtualTimesBackend.LAUNCH_S, rel=0.01)
+    # Thresholds can hold launch to its own limit, and queue wait to its own.
+    checks = ("launch.p95 < 100ms", "queue_wait.p95 < 100ms")
+    judged = evaluate([parse_threshold(text) for text in checks], level)
+    assert [check.ok for check in judged] == [False, True]
+
+
+def test_a_backend_that_saw_the_placement_gives_queue_and_launch_as_measured() -> None:
+    level = Ramp(scenario(levels=(1,), hold_s=0.2), PlacedBackend()).run().levels[0]
+    assert level.queue_wait.p50 == pytest.approx(0.1, rel=0.01)  # not start - submit (0.5)
+    assert level.launch.p50 == pytest.approx(0.4, rel=0.01)
+    assert level.phases["queue"] == pytest.approx(0.1) and level.phases["launch"] == 0.4
