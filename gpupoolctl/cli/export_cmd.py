@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from gpupoolctl.cli.partition_fanout import HostFacts
     from gpupoolctl.inventory import Inventory
     from gpupoolctl.ledger import View
+    from gpupoolctl.partition import Spec
 
 app = typer.Typer(
     help="Export the pool for other tools: Kubernetes (GPU operator), mig-parted, "
@@ -171,6 +172,16 @@ def k8s(
             "--pool", help="Value of the gpupoolctl.io/pool label. Default: the inventory's name."
         ),
     ] = None,
+    layouts_file: Annotated[
+        Path | None,
+        typer.Option(
+            "-f",
+            "--file",
+            help="A layouts file (as for `partition apply`): also write each of its labels "
+            "as a config under its own name (inference, training), for switching a node by "
+            "relabelling it.",
+        ),
+    ] = None,
 ) -> None:
     """Node labels and a mig-parted ConfigMap for NVIDIA's GPU operator (mig-manager).
 
@@ -194,12 +205,28 @@ def k8s(
     left out would vanish. For the same reason, when some hosts could not be read the
     manifest and the commands are not printed at all (exit 3, each host named on stderr);
     -o json/yaml still gives the hosts read, with every host's outcome (exit 3).
+
+    With -f FILE, the ConfigMap also holds every label of that layouts file as a config of
+    the same name, in the fields mig-parted accepts: each entry's hosts: becomes the
+    device-filter of the cards it selects on them, placements become counts, and AMD
+    partitions and SR-IOV VFs are left out (each said on stderr). Each node is labelled
+    with the first of the file's labels that holds on it now (else its current-state
+    config), so applying changes nothing; the day/night switch is then a relabel:
+
+    \b
+      gpupoolctl export k8s -f playbooks/layouts.yaml --format commands | sh
+      kubectl label node sg-dgx01 nvidia.com/mig.config=inference --overwrite
+
+    Exit 1, printing nothing, when a label cannot be written so (a host selection that
+    other nodes' cards would match too, a label that does not plan on some node, an entry
+    that selects no GPU), or is no valid label value.
     """
     from gpupoolctl.export.k8s import NODE_NAME_VAR, check_namespace, k8s_export
 
     settings: Settings = ctx.obj
     _refuse_output(settings, (OutputFormat.json, OutputFormat.yaml), "k8s")
     check_namespace(namespace)
+    spec = _load_layouts_first(layouts_file)
     inventory, hosts = _read_nodes(settings)
     structured = settings.output in (OutputFormat.json, OutputFormat.yaml)
     if not structured:
@@ -207,11 +234,13 @@ def k8s(
     node_names = {
         h.name: str(h.host.vars[NODE_NAME_VAR]) for h in hosts if h.host.vars.get(NODE_NAME_VAR)
     }
+    layouts = _layouts(spec, inventory, hosts) if spec is not None else None
     export = k8s_export(
         _facts(hosts),
         pool=pool_name or Path(inventory.source).stem,
         namespace=namespace,
         node_names=node_names,
+        layouts=layouts,
     )
     if structured:
         _structured(settings, {**export.to_dict(), "hosts": _outcomes(hosts)})
@@ -220,6 +249,38 @@ def k8s(
     else:
         _write(export.manifest())
     _exit_if_unreachable(hosts)
+
+
+def _load_layouts_first(path: Path | None) -> Spec | None:
+    """Read the layouts file, and check its labels can name configs, before any host is
+    contacted."""
+    if path is None:
+        return None
+    from gpupoolctl.export.k8s import check_config_label
+    from gpupoolctl.partition import load_spec
+
+    spec = load_spec(path)
+    for label in spec.labels:
+        check_config_label(label, spec.source)
+    return spec
+
+
+def _layouts(
+    spec: Spec, inventory: Inventory, hosts: list[HostFacts]
+) -> dict[str, list[dict[str, Any]]]:
+    """The file's labels for mig-parted; exit 1 (printing nothing) when one cannot be."""
+    from gpupoolctl.export.migparted import layouts_for_mig_parted
+    from gpupoolctl.partition.coverage import HostRead
+
+    read = [HostRead(h.name, h.host.groups, h.facts) for h in hosts if h.ok]
+    known = [(host.name, host.groups) for host in inventory.hosts.values()]
+    written = layouts_for_mig_parted(spec, read, known, Path(str(inventory.source)).name)
+    if written.errors:
+        more = len(written.errors) - 1
+        raise GpupoolError(written.errors[0] + (f" (and {more} more)" if more else ""))
+    for message in written.warnings:
+        warn(message)
+    return written.configs
 
 
 # -- mig-parted ----------------------------------------------------------------------------

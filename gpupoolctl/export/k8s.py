@@ -21,6 +21,14 @@ manifest (`manifest()`) holds only what `kubectl apply -f -` can safely apply.
 Config names are stable: `all-disabled` when every MIG-capable GPU of a node has MIG off,
 otherwise `gpupoolctl-` and a hash of the layout, so re-exporting an unchanged pool changes
 no label.
+
+With a layouts file (`layouts`: its labels in mig-parted's subset, export.migparted), the
+ConfigMap also holds one config per label of the file, under the label's own name
+(`inference`, `training`), so that relabelling a node (`nvidia.com/mig.config=training`)
+makes mig-manager switch it. Each node is labelled with the first of the file's configs
+that holds on it now (every MIG-capable GPU selected, the layout as asked), so applying the
+export changes nothing on the node; a node that holds none keeps its current-state config
+as above. A label of the file named `all-disabled` replaces the default one.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupoolctl.errors import UsageError
+from gpupoolctl.errors import SourceError, UsageError
 
 CONFIGMAP_NAME = "gpupoolctl-mig-parted-config"
 CONFIG_KEY = "config.yaml"
@@ -90,6 +98,7 @@ class K8sExport:
     namespace: str
     configs: dict[str, list[dict[str, Any]]]  # config name -> mig-parted entries
     nodes: list[NodeLabels]
+    layouts: list[str] = field(default_factory=list)  # the configs from a layouts file
 
     def config_text(self) -> str:
         """The ConfigMap's config.yaml: a mig-parted v1 config."""
@@ -136,6 +145,7 @@ class K8sExport:
             "namespace": self.namespace,
             "configmap": self.configmap(),
             "configs": self.configs,
+            "layouts": self.layouts,
             "nodes": [
                 {
                     "node": n.node,
@@ -154,29 +164,56 @@ def k8s_export(
     pool: str,
     namespace: str = DEFAULT_NAMESPACE,
     node_names: Mapping[str, str] | None = None,
+    layouts: Mapping[str, list[dict[str, Any]]] | None = None,
 ) -> K8sExport:
     """The ConfigMap configs and node labels for the hosts read (`facts_by_host`, in order).
 
     `node_names` maps an inventory host to its Kubernetes node name where they differ.
+    `layouts`: a layouts file's labels as mig-parted configs (label -> entries), written
+    under their own names; each node is labelled with the first that holds on it.
     """
-    from gpupoolctl.export.migparted import mig_capable, mig_entries
+    from gpupoolctl.export.migparted import config_holds, mig_capable, mig_entries
 
     check_namespace(namespace)
+    named = dict(layouts or {})
+    for label in named:
+        check_config_label(label)
     configs: dict[str, list[dict[str, Any]]] = {
         ALL_DISABLED: [dict(e) for e in ALL_DISABLED_ENTRIES]
     }
+    configs.update({label: [dict(e) for e in entries] for label, entries in named.items()})
     nodes = []
     for host, facts in facts_by_host.items():
         name: str | None = None
         if mig_capable(facts):
-            entries = mig_entries(host, facts)
-            name = config_name(entries)
-            if name != ALL_DISABLED:
-                configs[name] = entries
+            holding = (
+                label for label, entries in named.items() if config_holds(entries, host, facts)
+            )
+            name = next(holding, None)
+            if name is None:
+                entries = mig_entries(host, facts)
+                name = config_name(entries)
+                if name in named:  # the file's own config of that name, which does not hold
+                    name = hashed_name(entries)
+                if name != ALL_DISABLED:
+                    configs[name] = entries
         node = (node_names or {}).get(host) or host
         check_node_name(host, node)
         nodes.append(NodeLabels(node, host, name, node_labels(host, facts, pool, name)))
-    return K8sExport(namespace=namespace, configs=configs, nodes=nodes)
+    return K8sExport(namespace=namespace, configs=configs, nodes=nodes, layouts=list(named))
+
+
+def check_config_label(label: str, source: str = "<layouts>") -> None:
+    """A config name is the value of a node's nvidia.com/mig.config label: a layouts
+    file's label that cannot be one is an error in that file."""
+    if not label or not valid_label_value(label):
+        raise SourceError(
+            source,
+            None,
+            f"label {label!r} cannot name a config for mig-manager: the node label "
+            f"{MIG_CONFIG_LABEL}=NAME takes at most {MAX_NAME} characters of letters, digits, "
+            "'-', '_' and '.', starting and ending alphanumeric",
+        )
 
 
 def check_namespace(namespace: str) -> None:
@@ -204,6 +241,11 @@ def config_name(entries: list[dict[str, Any]]) -> str:
     """`all-disabled` when no entry enables MIG, else a name derived from the layout."""
     if all(not entry.get("mig-enabled") for entry in entries):
         return ALL_DISABLED
+    return hashed_name(entries)
+
+
+def hashed_name(entries: list[dict[str, Any]]) -> str:
+    """`gpupoolctl-` and a hash of the layout."""
     digest = hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
     return f"gpupoolctl-{digest[:10]}"
 
