@@ -12,6 +12,10 @@ that every Jobs this backend made writes into: when the ledger recorded it queue
 recorded its placement (its slice granted), when the agent call that launched it returned,
 all on this workstation's clock. Queue wait is placement less queued: the wait for a slice,
 launch excluded; launch is its own phase.
+
+A job that failed with nothing but an exit code gets the last line its command wrote to
+stderr as its reason (the workload's own words: "matmul: neither PyTorch nor CuPy can be
+imported ..."), read from its node once it ended, outside the measured times.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
     from gpupoolctl.remote.target import Target
 
 _LEDGER_CALLS = {"read", "write", "refresh_slices"}
+STDERR_TAIL_BYTES = 4096  # enough for a workload's last line, little to ask a node for
 _STAMPED_STATES = {"queued": "queued", "pending": "placed"}  # job record state -> stamp
 
 
@@ -162,6 +167,7 @@ class MeteredNodes(Nodes):
 class _Waiter:
     event: threading.Event = field(default_factory=threading.Event)
     finished: Finished | None = None
+    read_stderr: bool = False  # failed with no reason but its exit: ask its node why
 
 
 def transport_of(targets: Sequence[Target]) -> str | None:
@@ -204,6 +210,7 @@ class PoolBackend:
         self._reaper_jobs: Jobs | None = None
         self._reaper_failure: str | None = None
         self.timeline = Timeline()
+        self._stderr_warned = False
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -307,7 +314,37 @@ class PoolBackend:
                 return None
             self._waiting.pop(ticket.job_id, None)
         finished.phases.update(self.timeline.take(ticket.job_id))
+        if waiter.read_stderr:
+            finished = self._with_stderr_reason(ticket.job_id, finished)
         return finished
+
+    def _with_stderr_reason(self, job_id: str, finished: Finished) -> Finished:
+        """The failed job's error, and the last line its command wrote to stderr: the
+        workload's own reason. Asked of its node after the job ended (its turnaround is
+        already taken); a node that cannot say leaves the error as it was."""
+        from gpupoolctl.jobs import control
+
+        with self._borrow() as (jobs, meter):
+            try:
+                chunk = control.logs(
+                    jobs,
+                    job_id,
+                    stream="stderr",
+                    offset=-STDERR_TAIL_BYTES,
+                    max_bytes=STDERR_TAIL_BYTES,
+                )
+            except GpupoolError as exc:
+                if not self._stderr_warned:
+                    self._stderr_warned = True
+                    self._warn(f"a failed job's stderr could not be read for its reason: {exc}")
+                return finished
+            finally:
+                meter.take()
+                self._collect(jobs)
+        line = last_line(chunk.get("text"))
+        if not line:
+            return finished
+        return replace(finished, error=f"{finished.error}: {line}" if finished.error else line)
 
     def _raise_if_reaper_failed(self) -> None:
         if self._reaper_failure is not None:
@@ -413,6 +450,7 @@ class PoolBackend:
                     waiter = self._waiting.get(job_id)
                     self._outstanding.discard(job_id)
                     if waiter is not None:
+                        waiter.read_stderr = record is not None and unexplained(record)
                         waiter.finished = finished
                 if waiter is not None:
                     waiter.event.set()
@@ -429,8 +467,34 @@ def finished_from(record: dict[str, Any], now: float) -> Finished:
     state = record.get("state")
     error = None
     if state != "done":
-        code = record.get("exit_code")
+        code, signal = record.get("exit_code"), record.get("signal")
         error = record.get("error") or record.get("reason")
         if error is None:
-            error = f"exit code {code}" if code is not None else f"job {state}"
+            if code is not None:
+                error = f"exit code {code}"
+            elif signal:
+                error = f"killed by signal {signal}"
+            else:
+                error = f"job {state}"
     return Finished(ok=state == "done", started=started, ended=now, error=error, run_s=run_s)
+
+
+def unexplained(record: dict[str, Any]) -> bool:
+    """A failed job whose record says only how it exited: its command ran, and its reason
+    is on its stderr."""
+    return (
+        record.get("state") == "failed"
+        and not record.get("error")
+        and not record.get("reason")
+        and (record.get("exit_code") is not None or bool(record.get("signal")))
+    )
+
+
+def last_line(text: Any) -> str | None:
+    """The last non-blank line of `text`, stripped; None when there is none."""
+    if not isinstance(text, str):
+        return None
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line.strip()
+    return None

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from gpupoolctl.jobs import control
+from gpupoolctl.jobs.errors import JobError
 from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.stress.backend import Ticket
 from gpupoolctl.stress.pool_backend import Meter, PoolBackend, Timeline
@@ -164,3 +165,80 @@ def test_every_jobs_the_backend_makes_writes_into_its_timeline() -> None:
     jobs.ledger.write(lambda tx: None)
     assert set(backend.timeline.take("j-4")) == {"queue"}
     assert "ledger" in meter.take()
+
+
+# -- why a job failed ---------------------------------------------------------------------------
+
+FAILED = {
+    "id": "j-1",
+    "state": "failed",
+    "exit_code": 3,
+    "nodes": [{"started": 100.0, "host": "node-1", "node_id": "j-1"}],
+    "ended": 100.05,
+}
+
+
+def test_a_job_that_failed_with_only_an_exit_code_gets_its_stderr_last_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[dict[str, Any]] = []
+
+    def logs(jobs: Any, job_id: str, **args: Any) -> dict[str, Any]:
+        asked.append({"job_id": job_id, **args})
+        text = (
+            "loading\nmatmul: neither PyTorch nor CuPy can be imported by python3 on node-1; "
+            "install one, or use the sim/sleep workloads\n\n"
+        )
+        return {"text": text, "state": "exited"}
+
+    monkeypatch.setattr(control, "refresh", lambda jobs: None)
+    monkeypatch.setattr(control, "logs", logs)
+    backend = StandInBackend({"j-1": FAILED})
+    try:
+        finished = wait_in_slices(backend, Ticket(job_id="j-1", accepted=time.time()), 5.0)
+    finally:
+        backend.close()
+    assert finished is not None and not finished.ok
+    assert finished.error == (
+        "exit code 3: matmul: neither PyTorch nor CuPy can be imported by python3 on node-1; "
+        "install one, or use the sim/sleep workloads"
+    )
+    [call] = asked
+    assert call["job_id"] == "j-1" and call["stream"] == "stderr" and call["offset"] < 0
+
+
+def test_a_failure_the_ledger_explains_is_not_asked_of_the_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def logs(jobs: Any, job_id: str, **args: Any) -> dict[str, Any]:
+        raise AssertionError("the ledger already says why")
+
+    launch_failed = {**FAILED, "error": "launch failed: node-1: cannot run 'nope'"}
+    monkeypatch.setattr(control, "refresh", lambda jobs: None)
+    monkeypatch.setattr(control, "logs", logs)
+    backend = StandInBackend({"j-1": launch_failed})
+    try:
+        finished = wait_in_slices(backend, Ticket(job_id="j-1", accepted=time.time()), 5.0)
+    finally:
+        backend.close()
+    assert finished is not None and finished.error == launch_failed["error"]
+
+
+def test_a_node_that_cannot_show_stderr_leaves_the_exit_code_and_warns_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def logs(jobs: Any, job_id: str, **args: Any) -> dict[str, Any]:
+        raise JobError(f"node-1: unreachable ({job_id})")
+
+    monkeypatch.setattr(control, "refresh", lambda jobs: None)
+    monkeypatch.setattr(control, "logs", logs)
+    backend = StandInBackend({"j-1": FAILED, "j-2": {**FAILED, "id": "j-2"}})
+    try:
+        errors = [
+            wait_in_slices(backend, Ticket(job_id=j, accepted=time.time()), 5.0).error
+            for j in ("j-1", "j-2")
+        ]
+    finally:
+        backend.close()
+    assert errors == ["exit code 3", "exit code 3"]
+    assert len([w for w in backend.warnings() if "stderr" in w]) == 1
