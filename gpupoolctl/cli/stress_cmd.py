@@ -1,9 +1,10 @@
 """`stress ramp`, `stress compare`, `stress report`: find the pool's knee, keep baselines.
 
 Parse, call gpupoolctl.stress, render. Exit codes: 0 ok; 1 harness error (unreadable
-result, a backend that could not start); 2 usage; 4 a threshold broke during the ramp, or
-`compare` found a regression; 130 the ramp was interrupted (what it measured is still
-shown and saved).
+result, a backend that could not start, a ramp where no level measured anything or no job
+succeeded at any level); 2 usage; 4 a threshold broke during the ramp, a level where no job
+succeeded, or `compare` found a regression; 130 the ramp was interrupted (what it measured
+is still shown and saved).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import typer
 from gpupoolctl.cli.console import notice, warn
 from gpupoolctl.cli.render import Column, emit
 from gpupoolctl.cli.settings import Settings
-from gpupoolctl.errors import ExitCode, UsageError
+from gpupoolctl.errors import ExitCode, GpupoolError, UsageError
 
 if TYPE_CHECKING:
     from gpupoolctl.stress.backend import Backend
@@ -136,11 +137,10 @@ def _progress(settings: Settings, levels: int) -> Iterator[Callable[[Event], Non
                 f"{format_duration(event.seconds)} of load..."
             )
         level = event.result
-        if level.submitted == 0:
-            warn(
-                f"level {level.level:g}: no job was submitted inside the steady window "
-                "(a job cycle is longer than warm-up + hold), so its latencies are not "
-                "measured: lengthen --hold"
+        if not level.measured:
+            return (
+                f"level {level.level:g}: measured nothing (no job submitted in the steady "
+                "window ended)"
             )
         return (
             f"level {level.level:g}: {format_rate(level.throughput)} jobs/s, "
@@ -305,6 +305,7 @@ def ramp(
     from gpupoolctl.stress import result as results
     from gpupoolctl.stress.backend import NoopBackend
     from gpupoolctl.stress.runner import Ramp
+    from gpupoolctl.stress.verdict import judge
 
     settings: Settings = ctx.obj
     if backend_name not in BACKENDS:
@@ -356,12 +357,19 @@ def ramp(
         report_html.write_html(outcome, report, baseline)
         notice(f"report written to {report}", quiet=settings.quiet)
     _show(settings, outcome, plot=plot, baseline=baseline)
+    verdict = judge(outcome)
+    for message in verdict.warnings:
+        warn(message)
     _warn_broken_thresholds(outcome)
+    for message in verdict.failures:
+        warn(message)
     if outcome.stopped_early:
         warn(outcome.stopped_early)
     if runner.interrupted:
         raise typer.Exit(INTERRUPTED)
-    if not outcome.thresholds_ok:
+    if verdict.error is not None:
+        raise GpupoolError(verdict.error)
+    if verdict.failures or not outcome.thresholds_ok:
         raise typer.Exit(int(ExitCode.CHECK_FAILED))
 
 

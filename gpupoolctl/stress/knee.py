@@ -502,13 +502,16 @@ def find_knees(
 
 
 def knees_from_results(results: Sequence[LevelResult]) -> Knees:
-    """find_knees over a ramp's level results (throughput and queue-wait p95)."""
+    """find_knees over a ramp's level results (throughput and queue-wait p95). Levels that
+    measured nothing (LevelResult.measured) are left out: their throughput is only a share
+    of jobs submitted during warm-up, not a rate the level achieved."""
     models = {result.model for result in results}
     if len(models) > 1:
         raise UsageError(f"a ramp mixes load models ({', '.join(sorted(models))})")
+    used = [result for result in results if result.measured]
     return find_knees(
-        [result.level for result in results],
-        [result.throughput for result in results],
-        [result.queue_wait.p95 for result in results],
+        [result.level for result in used],
+        [result.throughput for result in used],
+        [result.queue_wait.p95 for result in used],
         model=models.pop() if models else "closed",
     )

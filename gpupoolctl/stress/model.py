@@ -137,6 +137,19 @@ class LevelResult:
         return all(t.ok for t in self.thresholds)
 
     @property
+    def measured(self) -> bool:
+        """Whether the level measured anything: a job submitted inside its steady window
+        ended (ok or not), or an arrival was dropped. A hold shorter than one job measures
+        nothing: its throughput is only a share of jobs submitted during warm-up, so the
+        level is left out of knee fits and its thresholds are not judged."""
+        return self.completed + self.failed + self.dropped > 0
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether at least one job submitted inside the steady window ended ok."""
+        return self.completed > 0
+
+    @property
     def measured_failure_rate(self) -> float | None:
         """failure_rate, or None where no job ended: 0 there would claim a measurement."""
         return self.failure_rate if self.completed + self.failed else None

@@ -21,6 +21,7 @@ from gpupoolctl.stress.model import PHASES, Knees, LevelResult, RunResult
 from gpupoolctl.stress.report_text import (
     LEVEL_COLUMNS,
     MISSING,
+    NOT_MEASURED,
     format_level,
     knee_lines,
     level_rows,
@@ -151,10 +152,10 @@ def _throughput_figure(result: RunResult, baseline: RunResult | None, x_label: s
     figure = Figure(figsize=(8, 4.2), layout="constrained")
     ax = figure.add_subplot()
     levels = _all_levels(result, baseline)
-    xs, ys = _xy(result, lambda lv: lv.throughput)
+    xs, ys = _xy(result, _throughput)
     ax.plot(xs, ys, "o-", color=_CURRENT, label="throughput")
     if baseline is not None:
-        bx, by = _xy(baseline, lambda lv: lv.throughput)
+        bx, by = _xy(baseline, _throughput)
         ax.plot(bx, by, "o--", color=_BASELINE, alpha=0.8, label="baseline")
     top = levels[-1]
     usl_high = top
@@ -171,6 +172,11 @@ def _throughput_figure(result: RunResult, baseline: RunResult | None, x_label: s
     ax.set_title("Throughput (jobs ended ok per second)")
     ax.legend(fontsize="small")
     return figure
+
+
+def _throughput(level: LevelResult) -> float | None:
+    """None where the level measured nothing (its figure is a share of warm-up jobs)."""
+    return level.throughput if level.measured else None
 
 
 def _latency_figure(result: RunResult, baseline: RunResult | None, x_label: str) -> Figure:
@@ -348,7 +354,7 @@ def _table(result: RunResult) -> str:
         for key in LEVEL_COLUMNS:
             value = row[key]
             css = ["text"] if key in ("dominant", "thresholds") else []
-            if key == "thresholds" and value not in ("ok", MISSING):
+            if key == "thresholds" and value not in ("ok", MISSING, NOT_MEASURED):
                 css.append("broken")
             cls = f' class="{" ".join(css)}"' if css else ""
             cells.append(f"<td{cls}>{_e(value)}</td>")
@@ -361,12 +367,32 @@ def _table(result: RunResult) -> str:
 
 
 def _verdict(result: RunResult) -> str:
-    if not any(lv.thresholds for lv in result.levels):
-        return "No thresholds were set."
-    broken = [format_level(lv.level) for lv in result.levels if not lv.thresholds_ok]
-    if not broken:
-        return "Every threshold held at every level."
-    return f"Thresholds broken at level {', '.join(broken)}."
+    from gpupoolctl.stress.verdict import judge
+
+    verdict = judge(result)
+    sentences = [verdict.error] if verdict.error else []
+    sentences += verdict.failures
+    if verdict.unmeasured:
+        levels = ", ".join(format_level(level) for level in verdict.unmeasured)
+        sentences.append(
+            f"Level {levels} measured nothing (a hold shorter than a job): left out of the "
+            "knee fits, thresholds not judged."
+        )
+    if not result.scenario.get("thresholds") and not any(lv.thresholds for lv in result.levels):
+        sentences.append("No thresholds were set.")
+    elif any(lv.measured for lv in result.levels):
+        broken = [format_level(lv.level) for lv in result.levels if not lv.thresholds_ok]
+        if broken:
+            sentences.append(f"Thresholds broken at level {', '.join(broken)}.")
+        else:
+            judged = " judged" if verdict.unmeasured else ""
+            sentences.append(f"Every threshold held at every level{judged}.")
+    return " ".join(_sentence(text) for text in sentences)
+
+
+def _sentence(text: str) -> str:
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith(".") else text + "."
 
 
 def render_html(result: RunResult, baseline: RunResult | None = None) -> str:

@@ -171,7 +171,12 @@ def _threshold_value_text(expr: str, value: float | None) -> str:
     return format_level(value) if _is_number(value) else str(value)
 
 
+NOT_MEASURED = "not judged: measured nothing"
+
+
 def _thresholds_text(level: LevelResult) -> str:
+    if not level.measured:
+        return NOT_MEASURED
     if not level.thresholds:
         return MISSING
     broken = [t for t in level.thresholds if not t.ok]
@@ -192,7 +197,8 @@ def level_rows(result: RunResult) -> list[dict[str, Any]]:
                 "submitted": level.submitted,
                 "completed": level.completed,
                 "failed": level.failed,
-                "throughput": format_rate(level.throughput),
+                # A level that measured nothing has only a share of warm-up jobs to show.
+                "throughput": format_rate(level.throughput) if level.measured else MISSING,
                 "failure": format_percent(level.measured_failure_rate),
                 "queue_p50": format_duration(level.queue_wait.p50),
                 "queue_p95": format_duration(level.queue_wait.p95),
@@ -218,7 +224,7 @@ def level_records(result: RunResult) -> list[dict[str, Any]]:
                 "submitted": level.submitted,
                 "completed": level.completed,
                 "failed": level.failed,
-                "throughput": level.throughput,
+                "throughput": level.throughput if level.measured else None,
                 "failure_rate": level.measured_failure_rate,
                 "queue_p50": level.queue_wait.p50,
                 "queue_p95": level.queue_wait.p95,
@@ -227,6 +233,7 @@ def level_records(result: RunResult) -> list[dict[str, Any]]:
                 "turnaround_p95": level.turnaround.p95,
                 "dominant": phase[0] if phase else None,
                 "dominant_share": phase[1] if phase else None,
+                "measured": level.measured,
                 "thresholds_ok": level.thresholds_ok,
                 "thresholds_broken": [t.expr for t in level.thresholds if not t.ok],
             }
@@ -381,7 +388,7 @@ def terminal_plot(
     top, bottom = figure.subplot(1, 1), figure.subplot(2, 1)
 
     curves = (
-        (top, "throughput", lambda lv: lv.throughput),
+        (top, "throughput", lambda lv: lv.throughput if lv.measured else None),
         (bottom, "queue wait p95", lambda lv: _scaled(lv.queue_wait.p95, scale)),
     )
     for plot, name, value in curves:

@@ -161,8 +161,11 @@ def evaluate(
     thresholds: Sequence[Threshold], level: LevelResult, value_of: ValueOf | None = None
 ) -> list[ThresholdCheck]:
     """Check each threshold on one level. A metric with no value (no job ended, say) or a
-    non-finite one breaks its threshold and is reported with value None. `value_of`
-    defaults to `gpupoolctl.stress.metrics.metric_value`."""
+    non-finite one breaks its threshold and is reported with value None. A level that
+    measured nothing (LevelResult.measured: a hold shorter than one job) is not judged at
+    all: no checks. `value_of` defaults to `gpupoolctl.stress.metrics.metric_value`."""
+    if not level.measured:
+        return []
     if value_of is None:
         from gpupoolctl.stress.metrics import metric_value
 
@@ -178,9 +181,12 @@ def evaluate(
 
 
 def broken_streak(levels: Sequence[LevelResult]) -> int:
-    """How many of the last levels in a row broke at least one threshold."""
+    """How many of the last levels in a row broke at least one threshold. Levels that
+    measured nothing are not judged: they neither break a streak nor extend it."""
     streak = 0
     for level in reversed(levels):
+        if not level.measured:
+            continue
         if level.thresholds_ok:
             break
         streak += 1

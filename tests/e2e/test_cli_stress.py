@@ -266,7 +266,7 @@ def test_ctrl_c_stops_the_ramp_cancels_its_jobs_and_keeps_the_results(stress_cli
     assert ramp_jobs and all(j["state"] == "cancelled" for j in ramp_jobs), ramp_jobs
 
 
-# -- queue wait and launch -------------------------------------------------------------------
+# -- a ramp's own verdict -----------------------------------------------------------------------
 
 
 def short_ramp(cli, *extra: str, timeout: float = 120) -> Any:
@@ -291,6 +291,35 @@ def short_ramp(cli, *extra: str, timeout: float = 120) -> Any:
     )
 
 
+def test_a_ramp_where_every_job_failed_exits_1_with_the_workloads_own_reason(
+    stress_cli,
+) -> None:
+    failing = "sh -c 'echo starting; echo this node has no GPU for it >&2; exit 3'"
+    run = short_ramp(stress_cli, "--hold", "1s", "--workload", "cmd", "--cmd", failing)
+    assert run.code == 1, run.stderr
+    assert "Traceback" not in run.stderr
+    [error] = [line for line in run.stderr.splitlines() if "error:" in line]
+    assert "no job succeeded at any level" in error and "this node has no GPU for it" in error
+    saved = json.loads((Path(stress_cli.cwd) / "run.json").read_text())
+    [level] = saved["levels"]
+    assert level["completed"] == 0 and level["failed"] > 0
+    # The saved reason is the workload's, not a placeholder.
+    assert list(level["errors"]) == ["exit code <n>: this node has no GPU for it"]
+
+
+def test_matmul_on_a_node_without_pytorch_or_cupy_says_so_and_exits_1(stress_cli) -> None:
+    import importlib.util
+
+    if any(importlib.util.find_spec(name) for name in ("torch", "cupy")):
+        pytest.skip("PyTorch or CuPy is installed here: matmul can run")
+    run = short_ramp(stress_cli, "--hold", "1s", "--workload", "matmul", "--work", "1s")
+    assert run.code == 1, run.stderr
+    [level] = json.loads((Path(stress_cli.cwd) / "run.json").read_text())["levels"]
+    [reason] = level["errors"]
+    assert "neither PyTorch nor CuPy can be imported" in reason
+    assert "neither PyTorch nor CuPy" in run.stderr
+
+
 def test_queue_wait_is_the_wait_for_a_slice_and_launch_is_reported_apart(stress_cli) -> None:
     run = short_ramp(stress_cli, "--hold", "1500ms", "--workload", "sleep", "--work", "100ms")
     assert run.code == 0, run.stderr
@@ -306,3 +335,19 @@ def test_queue_wait_is_the_wait_for_a_slice_and_launch_is_reported_apart(stress_
     assert level["phases"]["launch"] == pytest.approx(launch["mean"], abs=1e-3)
     table = stress_cli("stress", "report", "run.json")
     assert table.code == 0 and "LAUNCH P95" in table.stdout
+
+
+def test_a_hold_shorter_than_a_job_measures_nothing_and_exits_1(stress_cli) -> None:
+    run = stress_cli(
+        "-l", DGX, "stress", "ramp", "--levels", "1", "--warmup", "500ms", "--hold", "500ms",
+        "--workload", "sleep", "--work", "2s", "--threshold", "failure_rate < 1%",
+        "-o", "json",
+    )  # fmt: skip
+    assert run.code == 1, run.stderr
+    [error] = [line for line in run.stderr.splitlines() if "error:" in line]
+    assert "no level measured anything" in error and "--hold" in error
+    result = run.json()
+    [level] = result["levels"]
+    assert level["submitted"] == 0 and level["throughput"] > 0  # only a warm-up job's share
+    assert level["thresholds"] == []  # not judged: "failure_rate 0 %" would have read "ok"
+    assert "got 0" in result["knees"]["kneedle"]["note"]  # not fed to the fits
