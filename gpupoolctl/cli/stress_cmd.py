@@ -2,9 +2,10 @@
 
 Parse, call gpupoolctl.stress, render. Exit codes: 0 ok; 1 harness error (unreadable
 result, a backend that could not start, a ramp where no level measured anything or no job
-succeeded at any level); 2 usage; 4 a threshold broke during the ramp, a level where no job
-succeeded, or `compare` found a regression; 130 the ramp was interrupted (what it measured
-is still shown and saved).
+succeeded at any level, runs of different workloads to compare); 2 usage; 4 a threshold
+broke during the ramp, a level where no job succeeded, or `compare` found a regression or
+could not cover the baseline (missing levels, an early stop); 130 the ramp was interrupted
+(what it measured is still shown and saved).
 """
 
 from __future__ import annotations
@@ -401,9 +402,26 @@ def compare(
             "(the defaults; give only the ones to change).",
         ),
     ] = None,
+    allow_missing_levels: Annotated[
+        bool,
+        typer.Option(
+            "--allow-missing-levels",
+            help="Compare only the levels both runs measured, even when the run lacks some of "
+            "the baseline's levels or stopped early (a warning instead of exit 4).",
+        ),
+    ] = False,
+    allow_other_workload: Annotated[
+        bool,
+        typer.Option(
+            "--allow-other-workload",
+            help="Compare runs of different workloads (kind or arguments) anyway, with a "
+            "warning (otherwise exit 1: the numbers measure different things).",
+        ),
+    ] = False,
 ) -> None:
     """Compare a ramp with a baseline: exit 4 when throughput dropped, queue wait grew or the
-    knee moved earlier beyond the tolerances; 1 when a file cannot be read."""
+    knee moved earlier beyond the tolerances, or when the run lacks baseline levels or
+    stopped early; 1 when a file cannot be read or the runs are of different workloads."""
     from gpupoolctl.stress import compare as comparing
     from gpupoolctl.stress import result as results
 
@@ -411,7 +429,13 @@ def compare(
     tolerances = comparing.parse_tolerances(tolerance or "")
     current = results.load(result_file)
     baseline = results.load(baseline_file)
-    comparison = comparing.compare(current, baseline, tolerances)
+    comparison = comparing.compare(
+        current,
+        baseline,
+        tolerances,
+        allow_missing_levels=allow_missing_levels,
+        allow_other_workload=allow_other_workload,
+    )
     for message in comparison.warnings:
         warn(message)
     rows = [comparing.row_dict(r) for r in comparison.rows]
@@ -420,6 +444,7 @@ def compare(
         data={
             "regressed": comparison.regressed,
             "regressions": comparison.regressions,
+            "incomplete": comparison.incomplete,
             "warnings": comparison.warnings,
             "rows": rows,
         },
@@ -428,9 +453,9 @@ def compare(
         csv_columns=COMPARE_COLUMNS,
         title=f"{result_file} against {baseline_file}",
     )
-    for sentence in comparison.regressions:
+    for sentence in [*comparison.regressions, *comparison.incomplete]:
         warn(sentence)
-    if comparison.regressed:
+    if comparison.failed:
         raise typer.Exit(int(ExitCode.CHECK_FAILED))
 
 

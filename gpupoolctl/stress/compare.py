@@ -4,6 +4,12 @@ Only getting worse beyond a tolerance is a regression; getting better never fail
 Tolerances exist because repeated runs of the same code differ (noise, a busy node), and
 the Kneedle knee in particular flips between neighbouring levels under a few percent of
 noise, so it is allowed to move one level step before it counts.
+
+A comparison also fails when it could not look at everything the baseline measured: a
+baseline level the current run lacks (or measured nothing at), or a current run that
+stopped early (`Comparison.incomplete`; a check that did not hold, exit 4), unless
+`allow_missing_levels`. Runs of different workloads are not compared at all (NotComparable,
+exit 1: the numbers measure different things), unless `allow_other_workload`.
 """
 
 from __future__ import annotations
@@ -128,33 +134,69 @@ def row_dict(row: ComparisonRow) -> dict[str, Any]:
     return dict(row._asdict())
 
 
+class NotComparable(GpupoolError):
+    """The two runs cannot be compared at all (a harness error, exit 1, not a regression)."""
+
+
 @dataclass
 class Comparison:
     rows: list[ComparisonRow] = field(default_factory=list)
     regressions: list[str] = field(default_factory=list)  # one sentence each
     warnings: list[str] = field(default_factory=list)
+    # What the baseline measured that the current run did not let us compare: one sentence
+    # each (levels it lacks, an early stop). Fails the comparison like a regression.
+    incomplete: list[str] = field(default_factory=list)
 
     @property
     def regressed(self) -> bool:
         return bool(self.regressions)
 
+    @property
+    def failed(self) -> bool:
+        """A regression, or a comparison that could not cover the baseline (exit 4)."""
+        return self.regressed or bool(self.incomplete)
+
 
 def compare(
-    current: RunResult, baseline: RunResult, tolerances: Tolerances | None = None
+    current: RunResult,
+    baseline: RunResult,
+    tolerances: Tolerances | None = None,
+    *,
+    allow_missing_levels: bool = False,
+    allow_other_workload: bool = False,
 ) -> Comparison:
-    """Compare `current` with `baseline` on the levels both ran. No level in common ->
-    GpupoolError (a harness error, exit 1, not a regression)."""
+    """Compare `current` with `baseline` on the levels both measured (a level that measured
+    nothing counts as absent). Runs of different workloads -> NotComparable unless
+    `allow_other_workload`; baseline levels missing from the current run, or a current run
+    that stopped early -> `incomplete` unless `allow_missing_levels` (then warnings). No
+    level in common -> NotComparable (a harness error, exit 1, not a regression)."""
     tol = tolerances if tolerances is not None else Tolerances()
     out = Comparison()
-    base_levels = {_key(lv.level): lv for lv in baseline.levels}
-    cur_levels = {_key(lv.level): lv for lv in current.levels}
+    workload = _workload_difference(baseline, current)
+    if workload is not None:
+        if not allow_other_workload:
+            raise NotComparable(
+                f"the runs are of different workloads ({workload}): a comparison would be "
+                "meaningless; pass --allow-other-workload to compare them anyway"
+            )
+        out.warnings.append(f"different workload, compared anyway: {workload}")
+    base_levels = {_key(lv.level): lv for lv in baseline.levels if lv.measured}
+    cur_levels = {_key(lv.level): lv for lv in current.levels if lv.measured}
     common = sorted(base_levels.keys() & cur_levels.keys())
     if not common:
-        raise GpupoolError(
-            f"no level in common between the current run (levels {_levels(cur_levels)}) "
-            f"and the baseline (levels {_levels(base_levels)}); nothing to compare"
+        raise NotComparable(
+            f"no level in common between the current run (measured levels "
+            f"{_levels(cur_levels)}) and the baseline (measured levels {_levels(base_levels)}); "
+            "nothing to compare"
         )
     out.warnings.extend(_differences(current, baseline, base_levels, cur_levels))
+    gaps = _gaps(current, baseline, base_levels, cur_levels)
+    if allow_missing_levels:
+        out.warnings.extend(f"{gap} (allowed)" for gap in gaps)
+    else:
+        out.incomplete.extend(
+            f"{gap}; pass --allow-missing-levels to compare what there is" for gap in gaps
+        )
     for key in common:
         base, cur = base_levels[key], cur_levels[key]
         _throughput(out, base, cur, tol)
@@ -298,6 +340,26 @@ def _kneedle(out: Comparison, baseline: RunResult, current: RunResult, tol: Tole
 # -- helpers -------------------------------------------------------------------------------
 
 
+def _workload_difference(baseline: RunResult, current: RunResult) -> str | None:
+    """How the two runs' workloads differ (kind or arguments), or None when they do not
+    (or a run does not say)."""
+    b, c = baseline.scenario.get("workload"), current.scenario.get("workload")
+    if b is None or c is None or b == c:
+        return None
+    return f"baseline {_workload_text(b)}, current {_workload_text(c)}"
+
+
+def _workload_text(workload: Any) -> str:
+    if not isinstance(workload, dict):
+        return _brief(workload)
+    args = workload.get("args")
+    shown = ""
+    if isinstance(args, dict):
+        shown = " " + " ".join(f"{k}={v}" for k, v in sorted(args.items()) if v is not None)
+    text = f"{workload.get('kind')}{shown.rstrip()}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _differences(
     current: RunResult,
     baseline: RunResult,
@@ -309,20 +371,41 @@ def _differences(
     for what, b, c in (
         ("backend", baseline.backend, current.backend),
         ("transport", baseline.transport, current.transport),
-        ("workload", baseline.scenario.get("workload"), current.scenario.get("workload")),
         ("load model", baseline.scenario.get("model"), current.scenario.get("model")),
     ):
         if b is not None and c is not None and b != c:
             found.append(f"different {what}: baseline {_brief(b)}, current {_brief(c)}")
-    only_base = sorted(base_levels.keys() - cur_levels.keys())
     only_cur = sorted(cur_levels.keys() - base_levels.keys())
-    if only_base:
-        found.append(f"levels only in the baseline, not compared: {_levels(only_base)}")
     if only_cur:
         found.append(f"levels only in the current run, not compared: {_levels(only_cur)}")
-    for side, run in (("baseline", baseline), ("current run", current)):
-        if run.stopped_early:
-            found.append(f"the {side} stopped early: {run.stopped_early}")
+    unmeasured = sorted(_key(lv.level) for lv in baseline.levels if not lv.measured)
+    if unmeasured:
+        found.append(
+            f"levels the baseline measured nothing at, not compared: {_levels(unmeasured)}"
+        )
+    if baseline.stopped_early:
+        found.append(f"the baseline stopped early: {baseline.stopped_early}")
+    return found
+
+
+def _gaps(
+    current: RunResult,
+    baseline: RunResult,
+    base_levels: dict[float, LevelResult],
+    cur_levels: dict[float, LevelResult],
+) -> list[str]:
+    """What the baseline measured that the current run gives nothing to compare with."""
+    found = []
+    ran = {_key(lv.level) for lv in current.levels}
+    missing = sorted(base_levels.keys() - cur_levels.keys())
+    absent = [k for k in missing if k not in ran]
+    empty = [k for k in missing if k in ran]
+    if absent:
+        found.append(f"baseline levels missing from the current run: {_levels(absent)}")
+    if empty:
+        found.append(f"baseline levels the current run measured nothing at: {_levels(empty)}")
+    if current.stopped_early:
+        found.append(f"the current run stopped early: {current.stopped_early}")
     return found
 
 
@@ -364,6 +447,7 @@ __all__ = [
     "TOLERANCE_KEYS",
     "Comparison",
     "ComparisonRow",
+    "NotComparable",
     "Tolerances",
     "compare",
     "format_tolerances",

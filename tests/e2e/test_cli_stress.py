@@ -351,3 +351,34 @@ def test_a_hold_shorter_than_a_job_measures_nothing_and_exits_1(stress_cli) -> N
     assert level["submitted"] == 0 and level["throughput"] > 0  # only a warm-up job's share
     assert level["thresholds"] == []  # not judged: "failure_rate 0 %" would have read "ok"
     assert "got 0" in result["knees"]["kneedle"]["note"]  # not fed to the fits
+
+
+def test_compare_fails_on_missing_levels_or_an_early_stop_and_refuses_other_workloads(
+    cli,
+) -> None:
+    assert noop_ramp(cli, "--save", "base.json", "-q").code == 0
+    base = json.loads((Path(cli.cwd) / "base.json").read_text())
+    short = {**base, "levels": base["levels"][:3]}  # 8 and 16 not run
+    (Path(cli.cwd) / "short.json").write_text(json.dumps(short))
+    missing = cli("stress", "compare", "short.json", "-b", "base.json", "-o", "json")
+    assert missing.code == 4, missing.stderr
+    assert missing.json()["regressed"] is False
+    assert any("missing from the current run: 8, 16" in s for s in missing.json()["incomplete"])
+    assert "missing from the current run: 8, 16" in missing.stderr
+    allowed = cli("stress", "compare", "short.json", "-b", "base.json", "--allow-missing-levels")
+    assert allowed.code == 0, allowed.stderr
+    stopped = {**base, "stopped_early": "thresholds broken at 2 levels in a row (last: 16)"}
+    (Path(cli.cwd) / "stopped.json").write_text(json.dumps(stopped))
+    early = cli("stress", "compare", "stopped.json", "-b", "base.json")
+    assert early.code == 4 and "current run stopped early" in early.stderr
+    other = json.loads(json.dumps(base))
+    other["scenario"]["workload"] = {"kind": "sleep", "args": {"seconds": 1.0}}
+    (Path(cli.cwd) / "other.json").write_text(json.dumps(other))
+    refused = cli("stress", "compare", "other.json", "-b", "base.json")
+    assert refused.code == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "different workloads" in refused.stderr and "sleep seconds=1.0" in refused.stderr
+    assert "--allow-other-workload" in refused.stderr
+    anyway = cli("stress", "compare", "other.json", "-b", "base.json", "--allow-other-workload")
+    assert anyway.code == 0 and "different workload" in anyway.stderr
+    helped = cli("stress", "compare", "--help")
+    assert "--allow-missing-levels" in helped.stdout and "--allow-other-workload" in helped.stdout

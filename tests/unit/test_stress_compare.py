@@ -11,6 +11,7 @@ from gpupoolctl.stress.compare import (
     TOLERANCE_KEYS,
     Comparison,
     ComparisonRow,
+    NotComparable,
     Tolerances,
     compare,
     format_tolerances,
@@ -201,13 +202,36 @@ def test_improvements_never_fail():
     assert {row.verdict for row in result.rows} == {"improved"}
 
 
-def test_only_common_levels_are_compared_and_the_rest_reported():
+def test_a_run_lacking_baseline_levels_fails_the_comparison_naming_them():
     base = run({1: 10.0, 2: 19.0, 4: 36.0})
     current = run({2: 19.0, 4: 36.0, 8: 60.0})
     result = compare(current, base, Tolerances())
     assert set(verdicts(result, "throughput")) == {2, 4}
-    assert any("only in the baseline" in w and "1" in w for w in result.warnings)
+    # Nothing got worse, yet level 1 was never looked at: the comparison did not hold.
+    assert not result.regressed and result.failed
+    [gap] = result.incomplete
+    assert "missing from the current run: 1" in gap and "--allow-missing-levels" in gap
+    # Levels the baseline never ran are only news.
     assert any("only in the current run" in w and "8" in w for w in result.warnings)
+
+
+def test_allow_missing_levels_compares_what_there_is_with_a_warning():
+    base = run({1: 10.0, 2: 19.0, 4: 36.0})
+    current = run({2: 19.0, 4: 36.0})
+    result = compare(current, base, Tolerances(), allow_missing_levels=True)
+    assert not result.failed and result.incomplete == []
+    assert any("missing from the current run: 1" in w for w in result.warnings)
+
+
+def test_a_level_the_run_measured_nothing_at_counts_as_missing():
+    base = run({1: 10.0, 2: 19.0, 4: 36.0})
+    current = run({1: 10.0, 2: 19.0, 4: 0.107})
+    empty = current.levels[2]
+    empty.submitted = empty.completed = empty.failed = 0  # a hold shorter than a job
+    result = compare(current, base, Tolerances())
+    assert set(verdicts(result, "throughput")) == {1, 2}  # its 0.107 jobs/s is no drop
+    assert result.failed and not result.regressed
+    assert any("measured nothing at: 4" in gap for gap in result.incomplete)
 
 
 def test_no_common_level_is_a_harness_error():
@@ -216,20 +240,46 @@ def test_no_common_level_is_a_harness_error():
     assert caught.value.exit_code == ExitCode.ERROR
 
 
-def test_different_backend_or_workload_still_compares_with_warnings():
-    base = run()
-    current = run(backend="noop", workload={"kind": "sleep", "args": {"seconds": 1}})
-    result = compare(current, base, Tolerances())
+def test_different_backend_still_compares_with_a_warning():
+    result = compare(run(backend="noop"), run(), Tolerances())
     assert any("different backend" in w for w in result.warnings)
-    assert any("different workload" in w for w in result.warnings)
+    assert not result.failed
     assert len(result.rows) == 3 * len(LEVELS) + 2
 
 
-def test_stopped_early_is_warned():
+def test_different_workloads_are_not_compared_unless_allowed():
+    base = run(workload={"kind": "sim", "args": {"work_s": 1.0}})
+    other = run(workload={"kind": "sleep", "args": {"seconds": 1}})
+    with pytest.raises(NotComparable) as caught:
+        compare(other, base, Tolerances())
+    assert caught.value.exit_code == ExitCode.ERROR  # meaningless, not a regression
+    message = str(caught.value)
+    assert "baseline sim work_s=1.0" in message and "current sleep seconds=1" in message
+    assert "--allow-other-workload" in message
+    # Same kind, other arguments: still another workload (jobs of another length).
+    longer = run(workload={"kind": "sim", "args": {"work_s": 2.0}})
+    with pytest.raises(NotComparable, match=r"work_s=2\.0"):
+        compare(longer, base, Tolerances())
+    allowed = compare(other, base, Tolerances(), allow_other_workload=True)
+    assert any("different workload" in w for w in allowed.warnings)
+    assert len(allowed.rows) == 3 * len(LEVELS) + 2
+
+
+def test_a_run_that_stopped_early_fails_the_comparison_unless_allowed():
     current = run()
     current.stopped_early = "thresholds broken at 2 levels in a row"
     result = compare(current, run(), Tolerances())
-    assert any("stopped early" in w for w in result.warnings)
+    assert result.failed and not result.regressed
+    assert any("current run stopped early: thresholds broken" in g for g in result.incomplete)
+    allowed = compare(current, run(), Tolerances(), allow_missing_levels=True)
+    assert not allowed.failed and any("stopped early" in w for w in allowed.warnings)
+
+
+def test_a_baseline_that_stopped_early_is_only_warned():
+    base = run()
+    base.stopped_early = "interrupted during level 32"
+    result = compare(run(), base, Tolerances())
+    assert not result.failed and any("baseline stopped early" in w for w in result.warnings)
 
 
 def test_default_tolerances_are_used_when_none_given():
