@@ -61,6 +61,24 @@ def record_slices_of(settings: Settings, targets: list[Any]) -> list[Any]:
     return results
 
 
+def holds_by_host(settings: Settings, hosts: set[str]) -> dict[str, list[str]]:
+    """Per host of `hosts`, who holds its slices now ("a-5 (ann)", "j-3 (bob)"), as the
+    ledger says; nothing where no ledger is kept."""
+    ledger = open_ledger(settings)
+    if not ledger.path.exists():
+        return {}
+    view = ledger.read()
+    found: dict[str, list[str]] = {}
+    for alloc in view.state.active(view.now).values():
+        job = view.state.job_holding(alloc.id)
+        who = f"{job['id']} ({alloc.owner})" if job else f"{alloc.id} ({alloc.owner})"
+        for slice_id in alloc.slices:
+            host = str(view.state.slices.get(slice_id, {}).get("host") or slice_id.split("/")[0])
+            if host in hosts and who not in found.get(host, []):
+                found.setdefault(host, []).append(who)
+    return found
+
+
 def discover_slices(settings: Settings, ledger: Ledger) -> None:
     """On a ledger that knows no slices yet (a fresh one), record the selected hosts'
     slices from their facts, as submit does: `alloc` on a new pool then has slices to give.

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from gpupoolctl.cli import pool
 from gpupoolctl.cli.console import warn
-from gpupoolctl.cli.ledger_cmd import record_slices_of
 from gpupoolctl.cli.render import Column, emit
 from gpupoolctl.cli.settings import Settings
 from gpupoolctl.errors import ExitCode, UsageError
@@ -15,13 +16,26 @@ app = typer.Typer(help="Simulated hardware: reset nodes, list templates.", no_ar
 
 
 @app.command("reset")
-def reset(ctx: typer.Context) -> None:
+def reset(
+    ctx: typer.Context,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Also reset nodes whose slices the ledger says are held (the holds are left "
+            "on slices that may be gone: release or cancel them).",
+        ),
+    ] = False,
+) -> None:
     """Put every selected simulated node back to its template's initial state.
 
     Works over SSH too: the node's own agent rewrites its state file. Where a ledger is
-    kept, the nodes' new slices are recorded in it (as `partition apply` does), and holds
-    on slices that are gone are named.
+    kept, the nodes' new slices are recorded in it (as `partition apply` does). A node with
+    held slices (an allocation, a job) is left alone, like a busy GPU in `partition reset`,
+    unless --force; exit 3 when some node was left alone or could not be reset.
     """
+    from gpupoolctl.cli.ledger_cmd import holds_by_host, record_slices_of
+
     settings: Settings = ctx.obj
     selection = pool.select(settings)
     targets = [t for t in selection.targets() if t.sim is not None]
@@ -30,7 +44,14 @@ def reset(ctx: typer.Context) -> None:
         warn(f"{skipped} selected host(s) are real hardware and were left alone")
     if not targets:
         raise UsageError("none of the selected hosts is simulated (no `sim:` var)")
-    results = pool.fan_out(settings, targets, {"v": 1, "verb": "sim_reset", "args": {}})
+    busy = {} if force else holds_by_host(settings, {t.name for t in targets})
+    for name, holders in sorted(busy.items()):
+        warn(
+            f"{name}: not reset: slices held by {', '.join(holders)} (release or cancel "
+            "them, or --force)"
+        )
+    chosen = [t for t in targets if t.name not in busy]
+    results = pool.fan_out(settings, chosen, {"v": 1, "verb": "sim_reset", "args": {}})
     rows = [
         {
             "host": r.name,
@@ -39,6 +60,10 @@ def reset(ctx: typer.Context) -> None:
             "error": r.error,
         }
         for r in results
+    ]
+    rows += [
+        {"host": name, "template": None, "outcome": "refused", "error": "slices held"}
+        for name in sorted(busy)
     ]
     columns = [
         Column("host", "HOST"),
@@ -53,7 +78,7 @@ def reset(ctx: typer.Context) -> None:
     record_slices_of(settings, [by_name[r.name] for r in results if r.ok])
     for result in failed:
         warn(f"{result.name}: {result.outcome}: {result.error} (not reset)")
-    if failed:
+    if failed or busy:
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
 
 

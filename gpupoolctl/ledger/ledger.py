@@ -503,8 +503,6 @@ class Ledger:
         out: list[dict[str, Any]] = []
         warnings: list[str] = []
         if not self.paths.exists():
-            if not self.is_default:
-                raise self._missing("no history to show")
             self._check_can_exist()
             return History(out, 0, warnings)
         with self._lock.shared():

@@ -153,8 +153,6 @@ def test_verify_of_a_ledger_that_is_not_there_is_an_error_not_ok(cli):
     missing = Path(cli.tmp) / "nowhere" / "l.jsonl"
     run = cli("-q", "--ledger", str(missing), "ledger", "verify")
     assert run.code == 1 and "does not exist" in run.stderr and "ok" not in run.stdout
-    shown = cli("-q", "--ledger", str(Path(cli.tmp) / "l.jsonl"), "ledger", "show")
-    assert shown.code == 1 and "does not exist" in shown.stderr
     fresh = cli("-q", "ledger", "verify", "-o", "json")  # the default one, not written yet
     assert fresh.code == 0 and fresh.json()["exists"] is False
 
@@ -226,3 +224,17 @@ def test_pool_filters_free_host_and_summary(cli):
     assert any(x.startswith(L40S) and "3xgpu" in x for x in lines), summary.stdout
     nowhere = cli("-q", "pool", "--no-refresh", "--host", "nothing-*")
     assert nowhere.code == 1 and "matches no host" in nowhere.stderr
+
+
+def test_sim_reset_leaves_a_node_with_held_slices_alone_unless_forced(cli):
+    held = cli("-q", "alloc", "--profile", "1g.10gb", "--host", "sg-dgx02")
+    assert held.code == 0, held.stderr
+    alloc = held.stdout.strip()
+    refused = cli("-q", "sim", "reset", "-o", "json")
+    assert refused.code == 3
+    assert f"sg-dgx02: not reset: slices held by {alloc}" in refused.stderr
+    outcomes = {h["host"]: h["outcome"] for h in refused.json()["hosts"]}
+    assert outcomes["sg-dgx02"] == "refused" and outcomes["sg-dgx01"] == "ok"
+    assert cli("-q", "ledger", "verify").code == 0
+    forced = cli("-q", "sim", "reset", "--force", "-l", "sg-dgx02")
+    assert forced.code == 0, forced.stderr

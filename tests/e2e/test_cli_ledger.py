@@ -181,6 +181,7 @@ def test_ledger_option_beats_environment_and_bad_input_is_usage(cli, tmp_path):
         "snapshot_rebuilt": False,
         "gaps": [],
         "quarantine": None,
+        "acknowledged": [],
     }
 
 
