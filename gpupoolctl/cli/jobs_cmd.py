@@ -405,6 +405,7 @@ def _follow(settings: Settings, jobs: Jobs, job_id: str) -> int:
 
     show = settings.resolved_output() is OutputFormat.table
     first_wait = True
+    said_node = False
     try:
         for event in follow(jobs, job_id, output=show):
             if isinstance(event, FollowWarning):
@@ -416,6 +417,9 @@ def _follow(settings: Settings, jobs: Jobs, job_id: str) -> int:
             elif isinstance(event, Ended):
                 job, code = event.job, event.exit_code
             else:
+                if not said_node:
+                    said_node = True
+                    _say_followed_node(settings, jobs, job_id)
                 stream = sys.stderr if event.stream == "stderr" else sys.stdout
                 stream.write(event.text)
                 stream.flush()
@@ -437,6 +441,19 @@ def _follow(settings: Settings, jobs: Jobs, job_id: str) -> int:
     else:
         notice(line, quiet=settings.quiet)  # its own exit code says the rest
     return code
+
+
+def _say_followed_node(settings: Settings, jobs: Jobs, job_id: str) -> None:
+    """--wait shows the first node's output: say so when the job has more than one."""
+    from gpupoolctl.jobs.control import find
+
+    names = [str(n["host"]) for n in find(jobs, job_id).get("nodes") or []]
+    if len(names) > 1:
+        notice(
+            f"{job_id}: showing {names[0]}'s output (node 1 of {len(names)}); "
+            f"`gpupoolctl logs --host NODE {job_id}` for {', '.join(names[1:])}",
+            quiet=settings.quiet,
+        )
 
 
 def find_state(jobs: Jobs, job_id: str) -> str:
@@ -605,7 +622,31 @@ def logs(
         data = {"job": job_id, "stream": stream, "text": "".join(collected), "size": offset}
         emit(settings, data=data, rows=[data], columns=[Column(k, k) for k in data])
     if jobs is not None:
+        _where_else(settings, jobs, job_id, stream, chunk.get("host"), host_given=host is not None)
         _finish(settings, jobs)
+
+
+def _where_else(
+    settings: Settings, jobs: Jobs, job_id: str, stream: str, shown: Any, *, host_given: bool
+) -> None:
+    """Say which node's output was shown when the job has several, and where the stderr of
+    a job that failed is, when stdout was shown (stderr on stderr: stdout stays the job's)."""
+    from gpupoolctl.jobs.control import find
+
+    job = find(jobs, job_id)
+    names = [str(n["host"]) for n in job.get("nodes") or []]
+    if len(names) > 1 and not host_given:
+        others = ", ".join(n for n in names if n != shown)
+        notice(
+            f"{job_id}: this is {shown}'s {stream} (node 1 of {len(names)}); --host {others} "
+            "for the others",
+            quiet=settings.quiet,
+        )
+    if stream == "stdout" and job.get("state") in ("failed", "cancelled"):
+        notice(
+            f"{job_id}: {job.get('state')}; its stderr: gpupoolctl logs --stderr {job_id}",
+            quiet=settings.quiet,
+        )
 
 
 def cancel(
