@@ -19,7 +19,7 @@ import typer
 
 from gpupoolctl.cli.console import error, notice, warn
 from gpupoolctl.cli.render import Column, emit
-from gpupoolctl.cli.settings import OutputFormat, Settings
+from gpupoolctl.cli.settings import MEM_HELP, OutputFormat, Settings
 from gpupoolctl.errors import ExitCode, GpupoolError, UsageError
 
 if TYPE_CHECKING:
@@ -177,7 +177,12 @@ def submit(
         ),
     ] = None,
     mem: Annotated[
-        str | None, typer.Option("--mem", "-m", help="At least this much memory per slice: 10G.")
+        str | None,
+        typer.Option(
+            "--mem",
+            "-m",
+            help=MEM_HELP,
+        ),
     ] = None,
     vendor: Annotated[str | None, typer.Option("--vendor", help="nvidia or amd.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="GPU model contains (H100).")] = None,

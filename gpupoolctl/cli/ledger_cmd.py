@@ -14,7 +14,7 @@ import typer
 
 from gpupoolctl.cli.console import notice, warn
 from gpupoolctl.cli.render import Column, emit
-from gpupoolctl.cli.settings import OutputFormat, Settings
+from gpupoolctl.cli.settings import MEM_HELP, OutputFormat, Settings
 from gpupoolctl.errors import ExitCode, GpupoolError, UsageError
 
 if TYPE_CHECKING:
@@ -282,7 +282,11 @@ def alloc(
     ] = None,
     mem: Annotated[
         str | None,
-        typer.Option("--mem", "-m", help="At least this much memory: 10gb, 40GiB, 512MiB."),
+        typer.Option(
+            "--mem",
+            "-m",
+            help=MEM_HELP,
+        ),
     ] = None,
     count: Annotated[int, typer.Option("--count", "-n", min=1, help="Slices, all or none.")] = 1,
     host: Annotated[

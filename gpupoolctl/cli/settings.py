@@ -8,6 +8,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
+# `--mem` of submit and alloc: one parser (gpupoolctl.ledger.units), one explanation.
+MEM_HELP = (
+    "At least this much memory per slice: 10G or 10GB (decimal, as MIG profile names count: "
+    "1g.10gb fits), 10GiB (binary), 512MiB; a bare number is GB."
+)
+
 
 class OutputFormat(StrEnum):
     auto = "auto"  # a rich table on a terminal, a plain table otherwise

@@ -238,3 +238,10 @@ def test_sim_reset_leaves_a_node_with_held_slices_alone_unless_forced(cli):
     assert cli("-q", "ledger", "verify").code == 0
     forced = cli("-q", "sim", "reset", "--force", "-l", "sg-dgx02")
     assert forced.code == 0, forced.stderr
+
+
+@pytest.mark.parametrize("command", ["submit", "alloc"])
+def test_mem_help_says_what_a_bare_number_and_each_unit_mean(cli, command):
+    run = cli(command, "--help", extra_env={"COLUMNS": "400"})
+    assert run.code == 0
+    assert "a bare number is GB" in run.stdout and "10GiB (binary)" in run.stdout
