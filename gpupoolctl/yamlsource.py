@@ -22,7 +22,119 @@ import yaml
 
 from gpupoolctl.errors import SourceError, UsageError
 
-__all__ = ["NOT_SCALAR", "YamlSource", "did_you_mean"]
+__all__ = [
+    "MAX_DEPTH",
+    "NOT_SCALAR",
+    "GuardedLoader",
+    "YamlLimitError",
+    "YamlSource",
+    "did_you_mean",
+    "safe_load",
+]
+
+# Every YAML document a user hands us is composed by GuardedLoader, which stops, with a
+# line, before a document costs seconds or hundreds of MB: nesting deeper than MAX_DEPTH
+# (composing and constructing are recursive), or aliases that stand for more nodes than the
+# budget (a "billion laughs" of nine levels of `&a [*a, *a, ...]` is under 1 KB and expands
+# to ~400 million nodes once anything walks it). Anchors and aliases as Ansible inventories
+# use them (a shared vars mapping, a list merged in a few places) stay far below it.
+MAX_DEPTH = 100
+ALIAS_FACTOR = 10  # expanded nodes allowed per node written in the document...
+ALIAS_FLOOR = 1_000_000  # ...and at least this many (a walk of ~1 s), whatever its size
+
+
+class YamlLimitError(yaml.MarkedYAMLError):
+    """A document past MAX_DEPTH or the alias budget; marks the node where it was found."""
+
+
+class GuardedLoader(yaml.SafeLoader):
+    """SafeLoader that bounds the nesting depth and the alias expansion while composing.
+
+    A node's expanded size counts every node an alias stands for as written out; it is a
+    sum over children computed as each node is composed, so a bomb is refused after reading
+    its few lines, never expanded."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._written = 0
+        self._expanded: dict[int, int] = {}
+        self._open_anchors: list[str] = []  # anchors of the nodes being composed
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            if event.anchor in self._open_anchors:  # `&a [*a]`: a value that contains itself
+                raise YamlLimitError(
+                    None,
+                    None,
+                    f"alias *{event.anchor} refers to a node it is inside: a value cannot "
+                    "merge itself or hold itself",
+                    event.start_mark,
+                )
+            return super().compose_node(parent, index)  # an anchored node, sized already
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            self._open_anchors.append(anchor)
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            mark = self.peek_event().start_mark
+            raise YamlLimitError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            if anchor is not None:
+                self._open_anchors.pop()
+        self._written += 1
+        size = 1 + sum(self._expanded.get(id(child), 1) for child in _children(node))
+        self._expanded[id(node)] = size
+        budget = max(ALIAS_FACTOR * self._written, ALIAS_FLOOR)
+        if size > budget:
+            raise YamlLimitError(
+                None,
+                None,
+                f"aliases expand to more than {budget} nodes (aliases may share a value, "
+                "not multiply the document: an alias bomb?)",
+                node.start_mark,
+            )
+        return node
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def safe_load(text: str, source: str) -> Any:
+    """yaml.safe_load through GuardedLoader: plain values, or a SourceError naming
+    source:line (bad YAML, a character YAML does not allow, too deep, an alias bomb)."""
+    try:
+        loader = GuardedLoader(text)
+    except yaml.reader.ReaderError as exc:
+        raise _reader_error(text, source, exc) from None
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        raise SourceError(source, line, f"not valid YAML: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise SourceError(source, None, f"not valid YAML: {exc}") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # `!!int x`, a list as a key
+        raise SourceError(source, None, f"not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def _reader_error(text: str, source: str, exc: yaml.reader.ReaderError) -> SourceError:
+    """A character YAML does not allow (a NUL in a binary file, say), at its line."""
+    line = text.count("\n", 0, exc.position) + 1
+    return SourceError(source, line, f"not valid YAML: {exc.reason} (is it a text file?)")
+
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"  # what the resolver gives a plain `<<` key
 
@@ -49,10 +161,9 @@ class YamlSource:
     def __init__(self, text: str, source: str) -> None:
         self.source = source
         try:
-            self.loader = yaml.SafeLoader(text)
+            self.loader = GuardedLoader(text)
         except yaml.reader.ReaderError as exc:  # the whole text is checked up front
-            line = text.count("\n", 0, exc.position) + 1
-            raise SourceError(source, line, f"not valid YAML: {exc.reason}") from None
+            raise _reader_error(text, source, exc) from None
 
     def line(self, node: yaml.Node | None) -> int | None:
         """The node's 1-based line; None without a node (the error then names the file)."""

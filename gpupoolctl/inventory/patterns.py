@@ -67,8 +67,13 @@ def split_limit(limit: str) -> list[str]:
         else:
             pieces = split_outside_brackets(text, ":")
     except NodeSetError as exc:
-        raise UsageError(f"bad --limit pattern {limit!r}: {exc}") from None
+        raise UsageError(f"bad --limit pattern {_shown(limit)}: {_shown(str(exc), 200)}") from None
     return [p.strip() for p in pieces if p.strip()]
+
+
+def _shown(text: str, most: int = 80) -> str:
+    """`text` quoted for an error line, cut short when long (the line stays readable)."""
+    return repr(text) if len(text) <= most else repr(text[:most]) + f"... ({len(text)} chars)"
 
 
 def _is_ip(text: str) -> bool:
@@ -89,7 +94,18 @@ def parse_limit(limit: str, cwd: Path) -> list[Part]:
     return parts
 
 
+# Longer than any host name (253) or sensible glob/regex of them: fnmatch's translation of
+# unclosed `[` is quadratic, so 100,000 of them took minutes before this bound.
+MAX_PATTERN = 1024
+
+
 def _part(text: str, origin: tuple[str, int] | None = None) -> Part:
+    if len(text) > MAX_PATTERN:
+        where = f"{origin[0]}:{origin[1]}: " if origin else ""
+        raise UsageError(
+            f"{where}host pattern of {len(text)} characters: at most {MAX_PATTERN} "
+            "(list many hosts with ',' or one per line in an @file)"
+        )
     if text[0] in "&!":
         return Part(text[1:], text[0], origin)
     return Part(text, "", origin)
@@ -100,10 +116,13 @@ def _read_limit_file(path: Path) -> list[Part]:
         raise UsageError(f"Unable to find limit file {path}")
     if not path.is_file():
         raise UsageError(f'Limit starting with "@" must be a file, not a directory: {path}')
+    from gpupoolctl.errors import SourceError
+    from gpupoolctl.textfile import read_user_text
+
     try:
-        lines = path.read_text(encoding="utf-8").split("\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read limit file {path}: {exc}") from None
+        lines = read_user_text(path, "limit file").split("\n")
+    except SourceError as exc:  # a bad --limit is a usage error, naming the file all the same
+        raise UsageError(str(exc)) from None
     # Like Ansible, each line is one pattern (it is not split again on ',' or ':').
     return [_part(line.strip(), (str(path), n)) for n, line in enumerate(lines, 1) if line.strip()]
 

@@ -8,13 +8,15 @@ from typing import Any
 import yaml
 
 from gpupoolctl.errors import InventoryError
+from gpupoolctl.yamlsource import GuardedLoader
 
 NULL_TAG = "tag:yaml.org,2002:null"
 STR_TAG = "tag:yaml.org,2002:str"
 
 
-class Loader(yaml.SafeLoader):
-    """SafeLoader plus Ansible's `!unsafe` tag (never templated: plain data here)."""
+class Loader(GuardedLoader):
+    """The shared guarded loader (bounded depth and alias expansion) plus Ansible's
+    `!unsafe` tag (never templated: plain data here)."""
 
 
 def _construct_unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
@@ -50,7 +52,13 @@ class Document:
 
     def __init__(self, path: Path, text: str) -> None:
         self.path = path
-        self._loader = Loader(text)
+        try:
+            self._loader = Loader(text)
+        except yaml.reader.ReaderError as exc:  # the whole text is checked up front
+            line = text.count("\n", 0, exc.position) + 1
+            raise InventoryError(
+                str(path), line, f"invalid YAML: {exc.reason} (is it a text file?)"
+            ) from None
         try:
             self.root: yaml.Node | None = self._loader.get_single_node()
         except yaml.YAMLError as exc:

@@ -24,7 +24,6 @@ agent runs each argv without a shell, so `envs` and `workdir` become an
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from gpupoolctl.agent.partition.request import HOOK_NAMES
@@ -37,25 +36,18 @@ __all__ = ["HOOK_NAMES", "Hooks", "load_hooks", "parse_hooks"]
 
 def load_hooks(path: str | os.PathLike[str]) -> Hooks:
     """The hooks file at `path` as argv lists per hook name; SourceError naming the file."""
+    from gpupoolctl.textfile import read_user_text
+
     where = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SourceError(where, None, f"cannot read hooks file: {exc.strerror or exc}") from None
-    return parse_hooks(text, where)
+    return parse_hooks(read_user_text(path, "hooks file"), where)
 
 
 def parse_hooks(text: str, source: str = "<stdin>") -> Hooks:
     """A hooks document (mig-parted hooks v1, or argv lists per hook) as argv lists."""
-    import yaml
+    from gpupoolctl.yamlsource import safe_load
 
     where = source
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        raise SourceError(where, line, f"not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    document = safe_load(text, where)
     if isinstance(document, dict) and "hooks" in document:
         version = document.get("version")
         if version != "v1":

@@ -174,14 +174,9 @@ def load_spec(path: str | os.PathLike[str]) -> Spec:
         import sys
 
         return parse_spec(sys.stdin.read(), "<stdin>")
-    try:
-        with open(name, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise SourceError(name, None, f"cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise SourceError(name, None, "not UTF-8 text") from None
-    return parse_spec(text, name)
+    from gpupoolctl.textfile import read_user_text
+
+    return parse_spec(read_user_text(name, "partition spec"), name)
 
 
 def _entry(reader: YamlSource, label: str, node: yaml.Node) -> SpecEntry:
