@@ -228,3 +228,44 @@ def test_anchors_and_aliases_as_inventories_use_them_still_work(tmp_path: Path) 
     assert loaded.hosts["c"].vars["site"] == "dubai"
     assert loaded.hosts["c"].vars["gpus"] == [0, 1, 2, 3]
     assert loaded.hosts["a"].vars["ansible_user"] == "ops"
+
+
+def read_ssh_config(path: Path) -> Any:
+    from gpupoolctl.remote.sshconfig import load_fabric_config
+
+    return load_fabric_config(path)
+
+
+def read_known_hosts(path: Path) -> Any:
+    from gpupoolctl.remote.hostkeys import KnownHosts
+
+    return KnownHosts(path)
+
+
+SSH_CONFIG = b"Host sg-*\n  User ops\n  Port 2222\n  ProxyJump bastion\nMatch host x\n  User y\n"
+KNOWN_HOSTS = (
+    b"sg-dgx01 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"
+    b"@revoked * ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQ\n"
+)
+
+
+@given(data=st.data())
+@FUZZ
+def test_ssh_config_reader(data: st.DataObject) -> None:
+    check(read_ssh_config, "ssh_config", data.draw(mutations(SSH_CONFIG)))
+
+
+@given(data=st.data())
+@FUZZ
+def test_known_hosts_reader(data: st.DataObject) -> None:
+    check(read_known_hosts, "known_hosts", data.draw(mutations(KNOWN_HOSTS)))
+
+
+def test_a_broken_default_ssh_config_is_one_line_naming_it(tmp_path, monkeypatch) -> None:
+    from gpupoolctl.remote.sshconfig import load_fabric_config
+
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_bytes(b"Match exec\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(SourceError, match=r"\.ssh/config: ssh config: Missing parameter"):
+        load_fabric_config(None)
