@@ -32,6 +32,7 @@ _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
 MAX_DURATION_S = 100 * 365 * 86400
+MAX_MEMORY_BYTES = 2**50  # no card, node or pool asks for more than a pebibyte
 
 
 def parse_duration(text: str) -> timedelta:
@@ -56,6 +57,8 @@ def parse_memory_mib(text: str) -> int:
     if not match or unit not in _MEMORY_UNITS:
         raise UsageError(f"bad memory size {text!r}: use e.g. 10gb, 40GiB or 512MiB")
     size = float(match.group(1)) * _MEMORY_UNITS[unit]
+    if not size < MAX_MEMORY_BYTES:  # also inf, from "9" * 400
+        raise UsageError(f"bad memory size {text[:40]!r}: at most 1 PiB")
     mib = -(-int(size) // 2**20)
     if mib <= 0:
         raise UsageError(f"bad memory size {text!r}: must be more than zero")
