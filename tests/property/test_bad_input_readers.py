@@ -269,3 +269,48 @@ def test_a_broken_default_ssh_config_is_one_line_naming_it(tmp_path, monkeypatch
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(SourceError, match=r"\.ssh/config: ssh config: Missing parameter"):
         load_fabric_config(None)
+
+
+def _ledger_files(folder: Path) -> dict[str, bytes]:
+    """A small real ledger: a journal, a snapshot and an archive."""
+    from gpupoolctl.ledger import Ledger, Request
+
+    ledger = Ledger(folder / "l.jsonl", durable=False, actor="t@b")
+    slices = [{"id": "n1/gpu0", "host": "n1", "kind": "gpu", "memory_mib": 80000, "uuid": "U"}]
+    ledger.refresh_slices(["n1"], slices)
+    ledger.release(ledger.alloc(Request(profile="gpu"), owner="ann").value.id)
+    ledger.compact()
+    ledger.alloc(Request(profile="gpu"), owner="bob")
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+@given(data=st.data(), damaged=st.sampled_from(["l.jsonl", "l.jsonl.snapshot"]))
+@FUZZ
+def test_ledger_files_damaged_anyhow_give_ledger_errors_only(
+    data: st.DataObject, damaged: str
+) -> None:
+    """read, verify, history, repair and a write on a damaged journal or snapshot: a value
+    or the ledger's own one-line errors (damage, refused writes), nothing else."""
+    from gpupoolctl.ledger import Ledger, Request
+
+    with tempfile.TemporaryDirectory() as made, tempfile.TemporaryDirectory() as used:
+        files = _ledger_files(Path(made))
+        for name, content in files.items():
+            (Path(used) / name).write_bytes(content)
+        (Path(used) / "l.jsonl.archive").mkdir()
+        for archive in (Path(made) / "l.jsonl.archive").iterdir():
+            (Path(used) / "l.jsonl.archive" / archive.name).write_bytes(archive.read_bytes())
+        (Path(used) / damaged).write_bytes(data.draw(mutations(files[damaged])))
+        ledger = Ledger(Path(used) / "l.jsonl", durable=False, actor="t@b")
+        steps = [
+            ledger.read,
+            ledger.verify,
+            lambda: ledger.history(everything=True),
+            ledger.repair,
+            lambda: ledger.alloc(Request(profile="gpu"), owner="cy"),
+        ]
+        for step in steps:
+            try:
+                step()
+            except GpupoolError as exc:
+                assert "\n" not in str(exc), str(exc)
