@@ -74,9 +74,9 @@ class Gpu(TypedDict):
     vendor: Vendor
     model: str | None  # None when the driver could not read it
     uuid: str
-    pci_bus_id: (
-        str  # as the vendor library reports it: "00000000:18:00.0" (NVML), "0000:05:00.0" (amdsmi)
-    )
+    # As sysfs and lspci write it, for every vendor: "0000:18:00.0" (hw.pci.bus_id; NVML's
+    # "00000000:18:00.0" is not kept, nothing needs it). "" or None when it could not be read.
+    pci_bus_id: str
     pci_device_id: str  # "0x233010DE" (device << 16 | vendor), as mig-parted's device-filter
     numa_node: int | None
     memory_total_mib: int | None

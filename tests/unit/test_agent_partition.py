@@ -327,7 +327,7 @@ def test_ampere_mode_change_waits_for_a_reset(node: Callable[[str], Node]) -> No
         data["nvidia"]["gpus"][1]["mig"]["reset_required"] = True
     more = n.partition([(1, [ENABLE, create("7g.40gb", 0, 0, 8)])])["gpus"][0]
     assert more["ok"] is False and more["reset_required"] and not more["rolled_back"]
-    assert more["applied"] == 1 and "nvidia-smi -r -i 00000000:31:00.0" in more["error"]
+    assert more["applied"] == 1 and "nvidia-smi -r -i 0000:31:00.0" in more["error"]
     assert "1 operation(s) wait for it" in more["error"]
 
 

@@ -69,7 +69,7 @@ def test_dgx_h100(tmp_path: Path, use_fake: None) -> None:
             (p.id, p.placement_starts, p.placement_size) for p in geometry.profiles
         }
         assert gpu["processes"] == [] and gpu["utilization_pct"] == 0
-    assert [g["pci_bus_id"] for g in gpus][:2] == ["00000000:18:00.0", "00000000:2A:00.0"]
+    assert [g["pci_bus_id"] for g in gpus][:2] == ["0000:18:00.0", "0000:2a:00.0"]
     assert len({g["uuid"] for g in gpus}) == 8
     for i in range(8):
         for j in range(8):

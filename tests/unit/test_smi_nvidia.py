@@ -24,7 +24,7 @@ def test_query_gpu_dgx_with_mig() -> None:
     assert len(gpus) == 8
     first = gpus[0]
     assert first["model"] == "NVIDIA H100 80GB HBM3"
-    assert first["pci_bus_id"] == "00000000:18:00.0" and first["pci_device_id"] == "0x233010DE"
+    assert first["pci_bus_id"] == "0000:18:00.0" and first["pci_device_id"] == "0x233010DE"
     assert first["memory_total_mib"] == 81559 and first["compute_capability"] == "9.0"
     assert first["compute_units"] == 132  # from the catalog: nvidia-smi has no SM count
     assert round(first["bandwidth_gbps"]) == 3352 and first["bandwidth_class"] == "ultra"

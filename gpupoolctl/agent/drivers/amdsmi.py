@@ -27,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 from gpupoolctl.agent.drivers.base import Driver, DriverUnavailable
 from gpupoolctl.hw import amd_modes
 from gpupoolctl.hw.model import bandwidth_class
+from gpupoolctl.hw.pci import bus_id
 
 T = TypeVar("T")
 
@@ -240,6 +241,7 @@ class AmdSmiDriver:
     def _gpu(self, index: int, handle: Any) -> dict[str, Any]:
         asic = self._call("amdsmi_get_gpu_asic_info", handle) or {}
         bdf = self._call("amdsmi_get_gpu_device_bdf", handle)
+        bdf = bus_id(bdf) if isinstance(bdf, str) else bdf
         bandwidth = self._bandwidth(handle, asic)
         usage = self._call("amdsmi_get_gpu_vram_usage", handle) or {}
         activity = self._call("amdsmi_get_gpu_activity", handle) or {}

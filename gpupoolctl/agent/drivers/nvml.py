@@ -15,6 +15,7 @@ from typing import Any
 from gpupoolctl.agent.drivers import nvml_compat
 from gpupoolctl.agent.drivers.base import DriverUnavailable
 from gpupoolctl.hw.model import bandwidth_class
+from gpupoolctl.hw.pci import bus_id
 
 _MIB = 1024 * 1024
 _NO_ID = 0xFFFFFFFF  # gpuInstanceId / computeInstanceId of a process outside MIG
@@ -142,7 +143,7 @@ class NvmlDriver:
         if self._gpus is None:
             self._gpus = [self._gpu(index, handle) for index, handle in self._handles]
             _share_profile_names(self._gpus)
-            self._bus_ids = [g["pci_bus_id"].lower() or None for g in self._gpus]
+            self._bus_ids = [g["pci_bus_id"] or None for g in self._gpus]
         return self._gpus
 
     def link_matrix(self) -> list[list[str]]:
@@ -182,7 +183,7 @@ class NvmlDriver:
             "vendor": "nvidia",
             "model": _text(self._get(where, nvml.nvmlDeviceGetName, h) or "unknown"),
             "uuid": _text(self._get(where, nvml.nvmlDeviceGetUUID, h) or ""),
-            "pci_bus_id": _text(pci.busId) if pci is not None else "",
+            "pci_bus_id": bus_id(_text(pci.busId)) if pci is not None else "",
             "pci_device_id": f"0x{pci.pciDeviceId:08X}" if pci is not None else "",
             "numa_node": self._numa(where, h),
             "memory_total_mib": int(memory.total // _MIB) if memory is not None else 0,
@@ -476,7 +477,7 @@ class NvmlDriver:
                 remote = self._get(f"GPU {i}", nvml.nvmlDeviceGetNvLinkRemotePciInfo, h, link)
                 if remote is None:
                     continue
-                peer = bus_index.get(_text(remote.busId).lower())
+                peer = bus_index.get(bus_id(_text(remote.busId)))
                 if peer is None:
                     switched[i] += 1  # not one of our GPUs: an NVSwitch
                 elif peer != i:

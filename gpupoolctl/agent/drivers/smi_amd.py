@@ -29,6 +29,7 @@ from gpupoolctl.agent.drivers.amdsmi import HostSysfs, Sysfs, read_sriov
 from gpupoolctl.agent.drivers.base import Driver, DriverUnavailable
 from gpupoolctl.hw import amd_modes
 from gpupoolctl.hw.model import bandwidth_class
+from gpupoolctl.hw.pci import bus_id
 
 Runner = Callable[[list[str]], str]
 
@@ -307,6 +308,7 @@ def build_gpus(
         listed = (listing or {}).get(gpu_id, {})
         metrics = (metric or {}).get(gpu_id, {})
         bdf = info.get("bdf") or listed.get("bdf")
+        bdf = bus_id(bdf) if bdf else bdf
         bandwidth = info.get("bandwidth_gbps") or None
         if bandwidth is None:  # older releases report no max_bandwidth: use the datasheet
             product = amd_modes.find_product(info.get("model"), info.get("device_id"))

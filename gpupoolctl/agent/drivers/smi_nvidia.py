@@ -18,6 +18,7 @@ from typing import Any
 from gpupoolctl.agent.drivers.base import DriverUnavailable
 from gpupoolctl.hw import catalog
 from gpupoolctl.hw.model import bandwidth_class
+from gpupoolctl.hw.pci import bus_id
 
 QUERY_FIELDS: tuple[str, ...] = (
     "index",
@@ -179,7 +180,7 @@ def build_gpus(
                 "vendor": "nvidia",
                 "model": row["name"] or "unknown",
                 "uuid": row["uuid"],
-                "pci_bus_id": row["pci.bus_id"],
+                "pci_bus_id": bus_id(row["pci.bus_id"]),
                 "pci_device_id": device_id,
                 "numa_node": (numa or {}).get(position),
                 "memory_total_mib": _int(row["memory.total"]) or 0,

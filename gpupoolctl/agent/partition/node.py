@@ -15,6 +15,7 @@ from typing import Any
 from gpupoolctl.agent.partition.amd import AmdCard
 from gpupoolctl.agent.partition.base import Card
 from gpupoolctl.agent.partition.nvidia import NvidiaCard
+from gpupoolctl.hw import pci
 
 
 def _text(value: Any) -> str:
@@ -80,7 +81,7 @@ def _add_nvidia(node: Node) -> None:
         for index in range(count):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
-            bus_id = _text(pynvml.nvmlDeviceGetPciInfo(handle).busId)
+            bus_id = pci.bus_id(_text(pynvml.nvmlDeviceGetPciInfo(handle).busId))
 
             def make(h: Any = handle, i: int = index, u: str = uuid, b: str = bus_id) -> Card:
                 return NvidiaCard(pynvml, h, i, u, b)
