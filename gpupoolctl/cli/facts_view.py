@@ -132,23 +132,10 @@ def bandwidth_text(gpu: dict[str, Any]) -> str | None:
     return f"{gpu.get('bandwidth_class')} ({gbps:.0f} GB/s)"
 
 
-def partition_text(gpu: dict[str, Any]) -> str | None:
-    """One short phrase for the card's slicing: MIG instances, AMD modes, SR-IOV VFs."""
-    parts: list[str] = []
-    mig = gpu.get("mig")
-    if mig and mig.get("capable"):
-        if mig.get("mode") == "enabled":
-            profiles = Counter(instance["profile"] for instance in mig.get("instances", []))
-            layout = " ".join(f"{n}x{name}" for name, n in sorted(profiles.items()))
-            parts.append(f"MIG {layout}" if layout else "MIG (no instances)")
-        else:
-            parts.append("MIG off")
-        if mig.get("pending") and mig.get("pending") != mig.get("mode"):
-            parts.append(f"(pending {mig['pending']})")
-    amd = gpu.get("partition")
-    if amd and (amd.get("compute") or amd.get("memory")):
-        parts.append("/".join(p for p in (amd.get("compute"), amd.get("memory")) if p))
-    sriov = gpu.get("sriov")
-    if sriov and sriov.get("num_vfs"):
-        parts.append(f"{sriov['num_vfs']} VFs")
-    return " ".join(parts) or None
+def partition_text(gpu: dict[str, Any]) -> str:
+    """The card's slicing in the words `partition show` and `partition plan` use: "MIG off",
+    "MIG 1x3g.20gb + 2x2g.10gb", "CPX/NPS4, 8 VFs", "whole card" (one function renders
+    a layout: gpupoolctl.partition.layout)."""
+    from gpupoolctl.partition.layout import current_summary
+
+    return current_summary(gpu)

@@ -204,7 +204,7 @@ def show(ctx: typer.Context) -> None:
                     "host": host.name,
                     "gpu": gpu["index"],
                     "model": gpu.get("model"),
-                    "state": partition_text(gpu) or "whole card",
+                    "state": partition_text(gpu),
                     "instances": view.instances_text(gpu),
                     "processes": len(gpu.get("processes") or []),
                 }

@@ -52,12 +52,6 @@ def selected_gpus(
     return len(selection.targets)
 
 
-def _counts_text(counts: Mapping[str, int]) -> str:
-    if not counts:
-        return "none"
-    return ", ".join(f"{n}x{k}" for k, n in sorted(counts.items()))
-
-
 def _mig(entry: SpecEntry, gpu: Mapping[str, Any]) -> list[str]:
     enabled = lay.mig_enabled_now(gpu)
     pending = lay.mig_pending(gpu)
@@ -83,7 +77,7 @@ def _mig(entry: SpecEntry, gpu: Mapping[str, Any]) -> list[str]:
         want[str(device.profile)] += device.count
     want = +want  # zero counts mean nothing, as in mig-parted
     if have != want:
-        out.append(f"MIG devices {_counts_text(have)}, wanted {_counts_text(want)}")
+        out.append(f"{lay.mig_layout_text(have)}, wanted {lay.mig_layout_text(want)}")
     pins: dict[tuple[str, int], list[str]] = {}
     for device in entry.mig_devices:
         if device.start is not None:

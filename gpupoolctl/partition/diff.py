@@ -329,7 +329,7 @@ def _why_not(
     counts: dict[str, int] = {}
     for want in wants:
         counts[want.profile.name] = counts.get(want.profile.name, 0) + 1
-    asked = " + ".join(f"{n}x{name}" for name, n in counts.items())
+    asked = lay.mig_layout_text(counts)
     name = lay.gpu_label(host, gpu)
     for profile in geometry.profiles:
         n = counts.get(profile.name, 0)

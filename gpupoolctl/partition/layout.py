@@ -10,6 +10,7 @@ what was asked and the valid choices.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -507,20 +508,48 @@ def sriov_check(
 # --- summaries --------------------------------------------------------------------------
 
 
+def mig_layout_text(counts: Mapping[str, int]) -> str:
+    """The one spelling of a MIG layout for people: "MIG 1x3g.40gb + 2x1g.10gb".
+
+    Every place that shows a layout (inventory, partition show/plan/apply/assert, the
+    planner's refusals) writes it with this function. Largest profile first: GPU instance
+    slices, then memory, then compute-instance slices (`1c.3g.40gb` is a 3g profile), then
+    the name, so the same layout always reads the same. Zero counts are left out; a layout
+    without instances is "MIG on (no instances)".
+    """
+    shown = {name: n for name, n in counts.items() if n > 0}
+    if not shown:
+        return MIG_NO_INSTANCES
+    order = sorted(shown, key=_profile_order)
+    return "MIG " + " + ".join(f"{shown[name]}x{name}" for name in order)
+
+
+MIG_OFF = "MIG off"
+MIG_NO_INSTANCES = "MIG on (no instances)"
+WHOLE_CARD = "whole card"  # a GPU without MIG, AMD partitions or VFs (an L40S), everywhere
+_PROFILE_SIZE = re.compile(r"(?:(\d+)c\.)?(\d+)g\.(\d+)gb")
+
+
+def _profile_order(label: str) -> tuple[int, int, int, int, str]:
+    match = _PROFILE_SIZE.match(label)
+    if match is None:
+        return (1, 0, 0, 0, label)  # a name the driver made up: after the known shapes
+    gi = int(match[2])
+    ci = int(match[1]) if match[1] else gi
+    return (0, -gi, -int(match[3]), -ci, label)
+
+
 def mig_summary(gis: Sequence[tuple[str, tuple[str, ...]]], enabled: bool) -> str:
     """ "MIG 1x3g.40gb + 2x1g.10gb"; CI detail in brackets when not one full CI per GI."""
     if not enabled:
-        return "MIG off"
-    if not gis:
-        return "MIG on (no instances)"
+        return MIG_OFF
     counts: Counter[str] = Counter()
     for profile, cis in gis:
         label = profile
         if cis != (profile,):
             label = f"{profile}[{'+'.join(_short_cis(cis)) or 'no CI'}]"
         counts[label] += 1
-    order = sorted(counts, key=lambda k: (-int(k.split("g.", 1)[0]), k))
-    return "MIG " + " + ".join(f"{counts[k]}x{k}" for k in order)
+    return mig_layout_text(counts)
 
 
 def _short_cis(cis: Sequence[str]) -> list[str]:
@@ -540,7 +569,7 @@ def state_summary(
     if amd is not None:
         parts.append(f"{amd[0]}/{amd[1]}")
     if not parts:
-        parts.append("whole card")
+        parts.append(WHOLE_CARD)
     if vfs:
         parts.append(f"{vfs} VFs")
     return ", ".join(parts)

@@ -356,9 +356,9 @@ def test_non_mig_gpus_are_skipped_for_all_and_refused_by_index() -> None:
 @pytest.mark.parametrize(
     ("devices", "message"),
     [
-        ('{"1g.10gb": 8}', "8x1g.10gb is impossible: at most 7 x 1g.10gb"),
+        ('{"1g.10gb": 8}', "MIG 8x1g.10gb is impossible: at most 7 x 1g.10gb"),
         ('{"4g.40gb": 1, "3g.40gb": 1, "1g.10gb": 1}', "needs 8 compute slices; the GPU has 7"),
-        ('{"3g.40gb": 2, "1g.10gb": 1}', "no placement fits 2x3g.40gb + 1x1g.10gb"),
+        ('{"3g.40gb": 2, "1g.10gb": 1}', "no placement fits MIG 2x3g.40gb + 1x1g.10gb"),
         ('{"1g.5gb": 1}', "1g.5gb is not a MIG profile of NVIDIA H100 80GB HBM3; valid: 1g.10gb"),
         ('{"3g.40gb@2": 1}', "3g.40gb cannot start at slot 2; valid starts: 0, 4"),
         ('{"5c.7g.80gb": 1}', "not a compute-instance profile of 7g.80gb; valid: 1c.7g.80gb"),
@@ -467,8 +467,8 @@ def test_assert_counts_and_pins() -> None:
         "n1 GPU 0 (NVIDIA H100 80GB HBM3): no 1g.10gb at slot 5"
     ]
     assert check('{"3g.40gb": 1, "1g.10gb": 1}') == [
-        "n1 GPU 0 (NVIDIA H100 80GB HBM3): MIG devices 3x1c.3g.40gb, 1x1g.10gb, "
-        "wanted 1x1g.10gb, 1x3g.40gb"
+        "n1 GPU 0 (NVIDIA H100 80GB HBM3): MIG 3x1c.3g.40gb + 1x1g.10gb, "
+        "wanted MIG 1x3g.40gb + 1x1g.10gb"
     ]
     with pytest.raises(SourceError, match="not MIG-capable"):
         assert_host(
