@@ -23,6 +23,10 @@ class GpupoolError(Exception):
     exit_code: ExitCode = ExitCode.ERROR
 
 
+class NotFound(GpupoolError):
+    """An id or host the user named that the pool does not have (exit 1)."""
+
+
 class LocalStateError(GpupoolError):
     """A folder of this workstation that gpupoolctl keeps state in cannot be used: one
     local error (exit 1), not a failure of every host that would have used it."""

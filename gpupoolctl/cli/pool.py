@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.cli.console import notice, warn
 from gpupoolctl.cli.settings import Settings
-from gpupoolctl.errors import LocalStateError, UsageError
+from gpupoolctl.errors import LocalStateError, NotFound
 from gpupoolctl.remote.target import Target, target_from_vars
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def load(settings: Settings) -> Inventory:
             quiet=settings.quiet,
         )
     elif not path.exists():
-        raise UsageError(f"inventory {path} does not exist")
+        raise NotFound(f"inventory {path} does not exist")  # like --ledger FILE: exit 1
     return load_inventory(path)
 
 
@@ -61,7 +61,7 @@ def select(settings: Settings) -> Selection:
     hosts = list(chosen)
     if not hosts:
         where = f" for --limit {settings.limit!r}" if settings.limit else ""
-        raise UsageError(f"no hosts matched in {inventory.source}{where}")
+        raise NotFound(f"no hosts matched in {inventory.source}{where}")
     return Selection(inventory=inventory, hosts=hosts)
 
 
@@ -81,7 +81,7 @@ def job_hosts(settings: Settings) -> JobHosts:
     if settings.limit:
         placeable = {h.name for h in inventory.select(settings.limit, cwd=Path(os.getcwd()))}
         if not placeable:
-            raise UsageError(f"no hosts matched --limit {settings.limit!r}")
+            raise NotFound(f"no hosts matched --limit {settings.limit!r}")
     return JobHosts(everyone, placeable)
 
 

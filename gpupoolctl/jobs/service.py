@@ -23,6 +23,7 @@ from gpupoolctl.jobs.spec import JobSpec
 from gpupoolctl.ledger import Ledger, State, Transaction, View
 from gpupoolctl.ledger.units import parse_ts
 from gpupoolctl.sched import JobRequest, NoFit, Placement, PoolView, place
+from gpupoolctl.sched.names import check_names
 
 # Agent errors that prove a launch did not happen (anything else: ask the node).
 _NOT_LAUNCHED = {"BadRequest", "BadDevices", "BadWorkdir", "LaunchFailed", "SimError"}
@@ -248,7 +249,10 @@ class Jobs:
         if self._unrecorded:
             extra = {s["id"]: s for s in self._unrecorded}
             state = dataclasses.replace(state, slices={**state.slices, **extra})
-        return self.place(state, spec.request, view.now, spec.policy)
+        result = self.place(state, spec.request, view.now, spec.policy)
+        if isinstance(result, NoFit) and result.never:
+            check_names(spec.request, state.slices.values())
+        return result
 
     def submit(self, spec: JobSpec) -> Outcome:
         """Queue the job, then run a schedule pass: it starts now if it fits (or if
@@ -262,6 +266,7 @@ class Jobs:
         def build(tx: Transaction) -> str:
             result = self.place(tx.state, spec.request, tx.now, spec.policy)
             if isinstance(result, NoFit) and result.never:
+                check_names(spec.request, tx.state.slices.values())
                 raise NeverFits(f"the pool can never satisfy this request: {result.reason}")
             job_id = f"j-{tx.next_seq}"
             job = {"id": job_id, "owner": self.owner, "run": 0, **spec.record()}

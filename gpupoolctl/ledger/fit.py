@@ -69,6 +69,10 @@ def pick(state: State, request: Request, now: str) -> list[dict[str, Any]]:
     pool = PoolView.from_state(state, now)
     result = place(wanted, pool, ALLOC_POLICY)
     if not isinstance(result, Placement):
+        if state.slices:
+            from gpupoolctl.sched.names import check_names
+
+            check_names(wanted, state.slices.values())
         found = sum(1 for _ in pool.free_candidates(wanted))
         raise NothingFits(_why(state, request, now, found))
     return [state.slices[s] for s in result.slices]

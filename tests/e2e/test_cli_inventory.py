@@ -142,9 +142,9 @@ def test_inventory_hosts_does_not_connect(cli, tmp_path):
     assert "hunter2" not in run.stdout
 
 
-def test_no_match_is_a_usage_error(cli):
+def test_no_match_is_exit_1_as_an_unknown_host(cli):
     run = cli("-l", "nosuchhost", "inventory", "hosts")
-    assert run.code == 2
+    assert run.code == 1  # DESIGN.md: no host selected by -i/-l is 1
     assert "no hosts matched" in run.stderr
     assert "Traceback" not in run.stderr
 
@@ -157,7 +157,7 @@ def test_bad_inventory_names_file_and_line(cli, tmp_path):
     assert re.search(rf"{re.escape(str(bad))}:\d+", run.stderr), run.stderr
     assert "Traceback" not in run.stderr
     missing = cli("-i", str(tmp_path / "absent.yaml"), "inventory")
-    assert missing.code == 2
+    assert missing.code == 1  # a file that is not there, like --ledger FILE
     assert "does not exist" in missing.stderr
 
 
