@@ -48,3 +48,16 @@ def cli(tmp_path: Path):
     run.cwd = tmp_path  # type: ignore[attr-defined]
     run.tmp = tmp_path  # type: ignore[attr-defined]
     return run
+
+
+@pytest.fixture
+def jobs_cli(cli):
+    """The cli fixture, and afterwards no job of the test left running."""
+    import contextlib
+    import signal
+
+    yield cli
+    for pid_file in Path(cli.sim_dir).glob("jobs/*/*/pid.json"):
+        pgid = json.loads(pid_file.read_text())["pgid"]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)

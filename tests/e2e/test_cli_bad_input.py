@@ -13,15 +13,7 @@ from pathlib import Path
 
 import pytest
 
-
-def bomb(levels: int = 9, width: int = 9) -> bytes:
-    """Nine levels of nine aliases: under 1 KB, ~400 million nodes once walked."""
-    lines = ["a0: &a0 [" + ", ".join(["x"] * width) + "]"]
-    for level in range(1, levels):
-        lines.append(f"a{level}: &a{level} [" + ", ".join([f"*a{level - 1}"] * width) + "]")
-    body = "\n".join("    " + line for line in lines)
-    return f"all:\n  vars:\n{body}\n  hosts:\n    h1:\n".encode()
-
+from tests.hostile import alias_bomb
 
 MEMORY_CAP = 1024 * 1024 * 1024  # far above what reading any of these may cost
 CPU_CAP_S = 30
@@ -50,7 +42,7 @@ def capped(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 CASES = {
     "binary": (b"\x00\x01binary", "is it a text file?"),
     "deep": (b"[" * 100_000, "nested deeper than 100 levels"),
-    "alias-bomb": (bomb(), "aliases expand to more than"),
+    "alias-bomb": (alias_bomb(), "aliases expand to more than"),
     "not-utf8": (b"all:\n  hosts:\n    h\xff:\n", "not"),
 }
 

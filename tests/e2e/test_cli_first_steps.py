@@ -4,8 +4,6 @@ waits, and errors are never silenced by -q."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -17,15 +15,6 @@ import pytest
 
 PY = sys.executable
 SLEEP = ["--", PY, "-c", "import time; time.sleep(60)"]
-
-
-@pytest.fixture
-def jobs_cli(cli):
-    yield cli
-    for pid_file in Path(cli.sim_dir).glob("jobs/*/*/pid.json"):
-        pgid = json.loads(pid_file.read_text())["pgid"]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
 
 
 def submit(cli, *args: str) -> str:

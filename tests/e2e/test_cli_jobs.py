@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 PY = sys.executable
 L40S = "dxb-l40s-01"  # four whole cards, no MIG: easy to fill
-
-
-@pytest.fixture
-def jobs_cli(cli):
-    """The cli fixture, and afterwards no job of the test left running."""
-    yield cli
-    for pid_file in Path(cli.sim_dir).glob("jobs/*/*/pid.json"):
-        pgid = json.loads(pid_file.read_text())["pgid"]
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGKILL)
 
 
 def jobs_json(cli, *extra: str) -> dict[str, dict[str, Any]]:

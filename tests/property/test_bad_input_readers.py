@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpupoolctl.errors import GpupoolError, SourceError, UsageError
+from tests.hostile import alias_bomb
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = {
@@ -37,21 +38,12 @@ SEEDS = {
 HOOKS = b"version: v1\nhooks:\n  pre-apply-mode:\n  - workdir: /tmp\n    command: /bin/true\n"
 
 
-def bomb(levels: int = 9, width: int = 9) -> bytes:
-    """Nine levels of nine aliases: under 1 KB, ~400 million nodes once walked."""
-    lines = ["a0: &a0 [" + ", ".join(["x"] * width) + "]"]
-    for level in range(1, levels):
-        lines.append(f"a{level}: &a{level} [" + ", ".join([f"*a{level - 1}"] * width) + "]")
-    body = "\n".join("    " + line for line in lines)
-    return f"all:\n  vars:\n{body}\n  hosts:\n    h1:\n".encode()
-
-
 HOSTILE = [
     b"\x00\x01binary",
     b"[" * 100_000,
     b"{a: " * 5_000,
     b"- " * 5_000 + b"x",
-    bomb(),
+    alias_bomb(),
     b"a: &a [*a]\n",
     b"\xef\xbb\xbfall:\n  hosts:\n    h1:\n",
     b"all:\r\n  hosts:\r\n    h1:\r\n",
@@ -183,7 +175,7 @@ def test_each_hostile_document_is_one_line(read, name: str, data: bytes) -> None
     [
         (b"\x00\x01binary", "(is it a text file?)"),
         (b"[" * 100_000, "nested deeper than 100 levels"),
-        (bomb(), "aliases expand to more than"),
+        (alias_bomb(), "aliases expand to more than"),
         (b"a: &a [*a]\n", "refers to a node it is inside"),
     ],
     ids=["binary", "deep", "alias-bomb", "self-alias"],
