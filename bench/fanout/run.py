@@ -4,9 +4,9 @@
 
 Starts N OpenSSH sshd servers on loopback (tests/sshd.py), then, alternating round by round:
 
-* `gpupoolctl -i INV -f N inventory -o json`  full facts from simulated GPU nodes
-* `clush -b -f N -w node[1-N] true`           OpenSSH, one `true` per host
-* `ansible all -f N -m command -a true`       forks = N, pipelining on, cold per round
+* `gpupoolctl -i INV --forks N inventory -o json`  full facts from simulated GPU nodes
+* `clush -b -f N -w node[1-N] true`                OpenSSH, one `true` per host
+* `ansible all -f N -m command -a true`            forks = N, pipelining on, cold per round
 
 Every round is checked (exit code; for gpupoolctl summary.ok == N and GPUs on every host) and a
 failed round is reported, never timed as a success. sshd's logs give SSH connections and
@@ -444,7 +444,7 @@ def sample_of(tool: str, round_no: int, measured: Measured, ok: bool, why: str) 
 
 def gpupoolctl_tool(ws: Workspace, exe: str) -> Tool:
     count = len(ws.fleet.hosts)
-    argv = [exe, "-i", str(ws.inventory), "-f", str(count), "inventory", "-o", "json"]
+    argv = [exe, "-i", str(ws.inventory), "--forks", str(count), "inventory", "-o", "json"]
 
     def run(round_no: int) -> Sample:
         measured = measure(ws.fleet.hosts, argv, ws.env(), ws.root)
@@ -796,7 +796,7 @@ def latency_run(
             ws.root / "ssh_config-proxy", fleet, addresses, home / ".ssh" / "known_hosts"
         )
         env = ws.env(home)
-        argv = [gpupoolctl, "-i", str(inventory), "-f", str(count), "inventory", "-o", "json"]
+        argv = [gpupoolctl, "-i", str(inventory), "--forks", str(count), "inventory", "-o", "json"]
         walls, elapsed = proxied_fanout(ws, argv, env, rounds, failures, progress)
         relayed = one_host_runs(ws, gpupoolctl, inventory, config, env, failures)
         connections = proxy.connections

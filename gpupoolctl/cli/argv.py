@@ -3,8 +3,10 @@
 
 Click only accepts a group's options before its sub-command. Operators type them anywhere,
 so before parsing we move each global option found after the command path to the front,
-unless the command itself defines an option of that name (`partition plan -f FILE` keeps
-its own `-f`). Nothing after `--` is touched: that belongs to the user's job.
+unless the command itself defines an option of that name: `-f` is a command's own wherever
+it has one (`partition plan/apply/assert -f FILE`, `export k8s -f LAYOUTS`, `logs -f`) and
+only elsewhere the deprecated global `-f N` for `--forks`. Nothing after `--` is touched:
+that belongs to the user's job.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import typer
 
 from gpupoolctl import __version__
 from gpupoolctl.cli.argv import hoist_global_options
-from gpupoolctl.cli.console import error
+from gpupoolctl.cli.console import error, warn
 from gpupoolctl.cli.lazy import LazyCommand, LazyGroup
 from gpupoolctl.cli.settings import OutputFormat, Settings
 from gpupoolctl.errors import ExitCode, GpupoolError, UsageError
@@ -86,6 +86,10 @@ COMMANDS = (
     ),
 )
 
+
+# The global -f (forks) is on its way out: in the commands -f is a file (`partition plan -f`,
+# `export k8s -f`) or follow (`logs -f`), as in mig-parted, kubectl and tail.
+FORKS_DEPRECATED = "-f for forks is deprecated: use --forks; -f will mean a file or follow"
 
 # Time-outs are bounded: a day is longer than any remote step takes, and far larger values
 # overflow the clocks they are added to (a traceback, or every host failing).
@@ -175,8 +179,19 @@ def root(
         ),
     ] = None,
     forks: Annotated[
-        int, typer.Option("-f", "--forks", min=1, max=4096, help="Hosts contacted at once.")
+        int,
+        typer.Option(
+            "--forks",
+            min=1,
+            max=4096,
+            help="Hosts contacted at once. (-f N, its old short form, is deprecated: -f is a "
+            "command's file or follow.)",
+        ),
     ] = 32,
+    old_forks: Annotated[
+        int | None,
+        typer.Option("-f", min=1, max=4096, hidden=True, help=f"Deprecated: {FORKS_DEPRECATED}"),
+    ] = None,
     output: Annotated[
         OutputFormat,
         typer.Option(
@@ -228,6 +243,11 @@ def root(
     ] = False,
 ) -> None:
     _refuse_empty_variables(ctx)
+    if old_forks is not None:
+        warn(FORKS_DEPRECATED)  # even with -q: a script that says -q must hear it before -f goes
+        source = ctx.get_parameter_source("forks")
+        if source is None or source.name == "DEFAULT":
+            forks = old_forks  # --forks given as well wins
     ctx.obj = Settings(
         inventory=inventory,
         limit=limit,

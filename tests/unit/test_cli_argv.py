@@ -92,3 +92,67 @@ def test_the_users_command_after_submit_is_never_touched():
         "x.py",
         "-q",
     ]
+
+
+def test_a_commands_own_f_is_never_read_as_forks():
+    command = get_command(app)
+    for args in (
+        ["partition", "plan", "-f", "layouts.yaml", "-c", "inference"],
+        ["partition", "apply", "-f", "layouts.yaml", "-c", "inference", "--yes"],
+        ["partition", "assert", "-f", "layouts.yaml", "-c", "inference"],
+        ["export", "k8s", "-f", "layouts.yaml", "-n", "gpu-operator"],
+        ["logs", "-f", "j-1"],
+        ["logs", "j-1", "-f"],
+    ):
+        assert hoist_global_options(args, command) == args
+    # Global options around them still move; -f and its value stay with the command.
+    assert hoist_global_options(["logs", "-f", "j-1", "--forks", "4"], command) == [
+        "--forks",
+        "4",
+        "logs",
+        "-f",
+        "j-1",
+    ]
+    assert hoist_global_options(["partition", "plan", "-f", "x.yaml", "-q"], command) == [
+        "-q",
+        "partition",
+        "plan",
+        "-f",
+        "x.yaml",
+    ]
+
+
+def test_forks_is_long_only_and_the_old_f_still_parses_for_one_release():
+    command = get_command(app)
+    forks = next(p for p in command.params if p.name == "forks")
+    old = next(p for p in command.params if p.name == "old_forks")
+    assert forks.opts == ["--forks"] and not forks.secondary_opts
+    assert old.opts == ["-f"] and old.hidden  # not offered in --help or completion
+    # After a command without its own -f, the old -f N still moves to the front.
+    assert hoist_global_options(["inventory", "-f", "8"], command) == ["-f", "8", "inventory"]
+    assert hoist_global_options(["inventory", "--forks", "8"], command) == [
+        "--forks",
+        "8",
+        "inventory",
+    ]
+
+
+def _settings(*args: str):
+    command = get_command(app)
+    ctx = command.make_context("gpupoolctl", [*args, "inventory"])
+    with ctx:
+        ctx.invoke(command.callback, **ctx.params)
+    return ctx.obj
+
+
+def test_the_old_f_sets_forks_with_a_warning(capsys):
+    assert _settings("-f", "8").forks == 8
+    assert capsys.readouterr().err == (
+        "gpupoolctl: warning: -f for forks is deprecated: use --forks; "
+        "-f will mean a file or follow\n"
+    )
+    assert _settings("--forks", "8").forks == 8
+    assert _settings().forks == 32
+    assert capsys.readouterr().err == ""
+    assert _settings("--forks", "5", "-f", "8").forks == 5  # the new spelling wins
+    assert "deprecated" in capsys.readouterr().err
