@@ -270,6 +270,13 @@ def _alloc_dict(alloc: Allocation) -> dict[str, Any]:
     }
 
 
+# -n is a namespace (`export k8s -n`, as kubectl's); a count is --gpus/-g, as submit's.
+COUNT_DEPRECATED = (
+    "alloc --count/-n is deprecated: use --gpus/-g, as submit does; "
+    "-n is a namespace (export k8s -n)"
+)
+
+
 def alloc(
     ctx: typer.Context,
     profile: Annotated[
@@ -288,7 +295,20 @@ def alloc(
             help=MEM_HELP,
         ),
     ] = None,
-    count: Annotated[int, typer.Option("--count", "-n", min=1, help="Slices, all or none.")] = 1,
+    gpus: Annotated[
+        int,
+        typer.Option(
+            "--gpus",
+            "-g",
+            min=1,
+            help="How many slices, all or none (as submit's --gpus). --count/-n, the old "
+            "spelling, is deprecated: -n is a namespace.",
+        ),
+    ] = 1,
+    old_count: Annotated[
+        int | None,
+        typer.Option("--count", "-n", min=1, hidden=True, help=f"Deprecated: {COUNT_DEPRECATED}"),
+    ] = None,
     host: Annotated[
         str | None, typer.Option("--host", help="Only on hosts matching this glob.")
     ] = None,
@@ -310,6 +330,12 @@ def alloc(
     from gpupoolctl.ledger.units import parse_duration, parse_memory_mib
 
     settings: Settings = ctx.obj
+    count = gpus
+    if old_count is not None:
+        warn(COUNT_DEPRECATED)  # even with -q, as the global -f's: before it goes
+        source = ctx.get_parameter_source("gpus")
+        if source is None or source.name == "DEFAULT":
+            count = old_count  # --gpus given as well wins
     # An empty value is a mistake (an unset shell variable), never "not given".
     request = Request(
         profile=profile,

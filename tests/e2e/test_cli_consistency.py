@@ -68,3 +68,59 @@ def test_pci_bus_ids_are_written_as_sysfs_does_for_every_vendor(cli):
     assert ids[("dxb-mi300x-01", 0)] == "0000:05:00.0"  # amdsmi's own form, unchanged
     rows = _csv(cli("inventory", "-o", "csv").stdout)
     assert {(r["host"], int(r["gpu"])): r["pci_bus_id"] for r in rows} == ids
+
+
+FORKS_WARNING = (
+    "gpupoolctl: warning: -f for forks is deprecated: use --forks; -f will mean a file or follow"
+)
+
+
+def test_forks_is_spelled_out_and_the_old_f_warns_once(cli):
+    new = cli("--forks", "8", "inventory", "-o", "json")
+    assert new.code == 0, new.stderr
+    assert "deprecated" not in new.stderr
+    for args in (("-f", "8", "inventory", "-o", "json"), ("inventory", "-o", "json", "-f", "8")):
+        old = cli(*args)
+        assert old.code == 0, old.stderr
+        assert old.json()["summary"]["ok"] == 6
+        assert old.stderr.splitlines().count(FORKS_WARNING) == 1, old.stderr
+    quiet = cli("-q", "-f", "8", "inventory", "hosts")
+    assert quiet.code == 0 and quiet.stderr == FORKS_WARNING + "\n"  # -q keeps it: it matters
+    assert cli("-f", "0", "inventory").code == 2  # still checked as a count of hosts
+    usage = cli("--help").stdout
+    assert re.search(r"^\s+--forks ", usage, re.M) and not re.search(r"^\s+-f\b", usage, re.M)
+
+
+def test_f_of_a_command_is_its_file_or_follow_never_forks(cli):
+    plan = cli("partition", "plan", "-f", str(LAYOUTS), "-c", "inference", "-o", "json")
+    assert plan.code == 0, plan.stderr
+    assert plan.json()["label"] == "inference" and "deprecated" not in plan.stderr
+    logs = cli("logs", "-f", "j-404")
+    assert logs.code == 1, logs.stderr  # an unknown job, not "-f takes a number"
+    assert "j-404" in logs.stderr and "deprecated" not in logs.stderr
+    k8s = cli("export", "k8s", "-f", str(LAYOUTS), "-n", "gpu-operator")
+    assert k8s.code == 0, k8s.stderr
+    assert "deprecated" not in k8s.stderr and "namespace: gpu-operator" in k8s.stdout
+
+
+COUNT_WARNING = (
+    "gpupoolctl: warning: alloc --count/-n is deprecated: use --gpus/-g, as submit does; "
+    "-n is a namespace (export k8s -n)"
+)
+
+
+def test_alloc_counts_with_gpus_as_submit_does_and_n_warns(cli):
+    new = cli("alloc", "--mem", "40gb", "--gpus", "2", "-o", "json")
+    assert new.code == 0, new.stderr
+    assert len(new.json()["slices"]) == 2 and "deprecated" not in new.stderr
+    short = cli("alloc", "--profile", "1g.10gb", "-g", "3", "-o", "json")
+    assert short.code == 0 and len(short.json()["slices"]) == 3, short.stderr
+    for old_spelling in ("-n", "--count"):
+        old = cli("alloc", "--profile", "1g.10gb", old_spelling, "2", "-o", "json")
+        assert old.code == 0, old.stderr
+        assert len(old.json()["slices"]) == 2
+        assert old.stderr.splitlines().count(COUNT_WARNING) == 1, old.stderr
+    held = cli("-q", "pool", "--no-refresh", "-o", "json").json()
+    taken = [s for n in held["nodes"] for s in n["slices"] if s["state"] == "held"]
+    assert len(taken) == 2 + 3 + 2 + 2
+    assert "--gpus" in cli("alloc", "--help").stdout

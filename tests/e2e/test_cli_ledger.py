@@ -35,7 +35,7 @@ def test_pool_alloc_release_show_verify_compact(cli):
     assert run.code == 0, run.stderr
     assert run.stdout == "a-2\n"
     assert "held by alice until" in run.stderr
-    run = cli("alloc", "--mem", "40gb", "-n", "2", "-o", "json")
+    run = cli("alloc", "--mem", "40gb", "-g", "2", "-o", "json")
     assert run.code == 0, run.stderr
     assert [s.split("/")[-1] for s in run.json()["slices"]] == ["mig-3g.40gb@0", "mig-3g.40gb@4"]
 
