@@ -138,13 +138,13 @@ def test_alloc_on_a_fresh_ledger_discovers_the_pools_slices(cli):
 
 def test_sim_reset_tells_the_ledger_so_alloc_never_hands_out_a_slice_that_is_gone(cli):
     assert cli("-q", "partition", "reset", "--yes", "-l", "sg-dgx02").code == 0
-    whole = cli("-q", "alloc", "--profile", "gpu", "--host", "sg-dgx02", "-n", "8")
+    whole = cli("-q", "alloc", "--profile", "gpu", "--host", "sg-dgx02", "-g", "8")
     assert whole.code == 0, whole.stderr  # every card of the node is whole now
     assert cli("-q", "release", whole.stdout.strip()).code == 0
     reset = cli("-q", "sim", "reset")
     assert reset.code == 0, reset.stderr
     # gpu6 and gpu7 of sg-dgx02 are MIG again: eight whole cards are no longer there
-    again = cli("-q", "alloc", "--profile", "gpu", "--host", "sg-dgx02", "-n", "8")
+    again = cli("-q", "alloc", "--profile", "gpu", "--host", "sg-dgx02", "-g", "8")
     assert again.code == 5, again.stdout
     shown = cli("-q", "pool", "--no-refresh", "-l", "sg-dgx02", "-o", "json").json()
     profiles = {s["profile"] for n in shown["nodes"] for s in n["slices"]}
