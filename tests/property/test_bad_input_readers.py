@@ -306,3 +306,19 @@ def test_ledger_files_damaged_anyhow_give_ledger_errors_only(
                 step()
             except GpupoolError as exc:
                 assert "\n" not in str(exc), str(exc)
+
+
+def read_scenario(path: Path) -> Any:
+    from gpupoolctl.stress.scenario import load_scenario
+
+    return load_scenario(path)
+
+
+@given(data=st.data())
+@FUZZ
+def test_stress_scenario_reader(data: st.DataObject) -> None:
+    seed = data.draw(st.sampled_from([(ROOT / "playbooks" / n).read_bytes() for n in SCENARIOS]))
+    check(read_scenario, "scenario.yaml", data.draw(mutations(seed)))
+
+
+SCENARIOS = ("stress-nightly.yaml", "stress-quick.yaml")
