@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupoolctl.errors import SourceError
+from gpupoolctl.jsonsource import load_json_file
 from gpupoolctl.stress.model import (
     FORMAT,
     PHASES,
@@ -77,20 +78,7 @@ def load(path: str | os.PathLike[str]) -> RunResult:
     """Read a run saved by save(). Any problem -> SourceError (exit 1) naming the file and
     the line (not JSON) or the key (wrong shape)."""
     name = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except IsADirectoryError as exc:
-        raise SourceError(name, None, "is a folder, expected a result file") from exc
-    except OSError as exc:
-        raise SourceError(name, None, f"cannot read: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SourceError(name, None, "not a result file: not UTF-8 text") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SourceError(name, exc.lineno, f"not JSON: {exc.msg} (column {exc.colno})") from exc
+    data = load_json_file(name, "stress result")
     return from_dict(data, name)
 
 

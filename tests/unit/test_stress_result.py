@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -241,15 +242,6 @@ CASES = [
     (lambda d: d.update(backend=None), "backend: expected a string, got null"),
     (lambda d: d.update(commit=5), "commit: expected a string or null, got 5"),
     (lambda d: d.pop("created"), "created: missing"),
-    # NaN compares false both ways, so a damaged file must not reach compare as a "pass".
-    (
-        lambda d: d["levels"][0].update(throughput=float("nan")),
-        "levels[0].throughput: expected a finite number",
-    ),
-    (
-        lambda d: d["levels"][0]["queue_wait"].update(p95=float("inf")),
-        "levels[0].queue_wait.p95: expected a finite number",
-    ),
 ]
 
 
@@ -263,6 +255,34 @@ def test_every_malformed_file_names_file_and_key(tmp_path, change, expected):
     assert expected in message, message
     assert "\n" not in message
     assert caught.value.exit_code == ExitCode.ERROR  # a harness error, not a regression
+
+
+# NaN compares false both ways, so a damaged file must not reach compare as a "pass": the
+# JSON reader refuses NaN, Infinity and 1e400 where it reads them, with their line.
+@pytest.mark.parametrize(
+    ("change", "word"),
+    [
+        (lambda d: d["levels"][0].update(throughput=float("nan")), "NaN"),
+        (lambda d: d["levels"][0]["queue_wait"].update(p95=float("inf")), "Infinity"),
+        (lambda d: d["levels"][0]["queue_wait"].update(p95=float("-inf")), "-Infinity"),
+    ],
+)
+def test_a_non_finite_number_is_refused_with_its_line(tmp_path, change, word):
+    path = write_json(tmp_path, broken(change))
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if f": {word}" in text)
+    with pytest.raises(SourceError) as caught:
+        load(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}:{line}: expected a finite number, not {word} "), message
+    assert "\n" not in message
+
+
+def test_a_number_too_large_for_a_float_is_refused(tmp_path):
+    text = re.sub(r'"throughput": [0-9.e+-]+', '"throughput": 1e400', json.dumps(good(), indent=2))
+    path = tmp_path / "baseline.json"
+    path.write_text(text)
+    with pytest.raises(SourceError, match=r":\d+: expected a finite number, not 1e400"):
+        load(path)
 
 
 @pytest.mark.parametrize("data", [[], "text", 3, None])
