@@ -4,8 +4,9 @@ Parse, call gpupoolctl.stress, render. Exit codes: 0 ok; 1 harness error (unread
 result, a backend that could not start, a ramp where no level measured anything or no job
 succeeded at any level, runs of different workloads to compare); 2 usage; 4 a threshold
 broke during the ramp, a level where no job succeeded, or `compare` found a regression or
-could not cover the baseline (missing levels, an early stop); 130 the ramp was interrupted
-(what it measured is still shown and saved).
+could not cover the baseline (missing levels, an early stop); 3 some hosts failed or were
+unreachable during the ramp (when nothing above applies); 130 the ramp was interrupted
+(what it measured is still shown and saved; a second Ctrl-C aborts it, still 130).
 """
 
 from __future__ import annotations
@@ -58,7 +59,6 @@ COMPARE_COLUMNS = (
     Column("verdict", "VERDICT"),
 )
 BACKENDS = ("pool", "noop", "slurm")
-INTERRUPTED = 128 + signal.SIGINT  # what shells report for Ctrl-C; the results still count
 
 
 # -- ramp -----------------------------------------------------------------------------------
@@ -337,20 +337,24 @@ def ramp(
         },
     )
     baseline = results.load(baseline_file) if baseline_file is not None else None
-    if backend_name == "slurm":
-        backend: Backend = _slurm_backend(scenario)
-    elif backend_name == "noop":
-        backend = NoopBackend()
-    else:
-        backend = _pool_backend(settings, scenario)
-    with _progress(settings, len(scenario.levels)) as on_event:
-        runner = Ramp(scenario, backend, on_event=on_event)
-        try:
-            with _interruptible(runner):
-                outcome = runner.run()
-        finally:  # also when the ramp broke: the likely cause is among them
-            for message in [*backend.warnings(), *runner.notes]:
-                warn(message)
+    try:
+        if backend_name == "slurm":
+            backend: Backend = _slurm_backend(scenario)
+        elif backend_name == "noop":
+            backend = NoopBackend()
+        else:
+            backend = _pool_backend(settings, scenario)
+        with _progress(settings, len(scenario.levels)) as on_event:
+            runner = Ramp(scenario, backend, on_event=on_event)
+            try:
+                with _interruptible(runner):
+                    outcome = runner.run()
+            finally:  # also when the ramp broke: the likely cause is among them
+                for message in [*backend.warnings(), *runner.notes]:
+                    warn(message)
+    except KeyboardInterrupt:  # before the ramp started, or a second Ctrl-C: stop at once
+        warn("interrupted: the ramp was aborted; nothing was saved")
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
     if save is not None:
         results.save(outcome, save)
         notice(f"results saved to {save}", quiet=settings.quiet)
@@ -366,12 +370,22 @@ def ramp(
         warn(message)
     if outcome.stopped_early:
         warn(outcome.stopped_early)
+    raise typer.Exit(int(ramp_exit_code(outcome, verdict, runner, backend)))
+
+
+def ramp_exit_code(outcome: RunResult, verdict: Any, runner: Any, backend: Any) -> ExitCode:
+    """Ctrl-C: 130 (the results still count). Otherwise the first of 1 (the harness
+    measured nothing usable), 4 (a threshold broke, a level where no job succeeded), 3
+    (some hosts failed or were unreachable during the ramp), 0."""
     if runner.interrupted:
-        raise typer.Exit(INTERRUPTED)
+        return ExitCode.INTERRUPTED
     if verdict.error is not None:
         raise GpupoolError(verdict.error)
     if verdict.failures or not outcome.thresholds_ok:
-        raise typer.Exit(int(ExitCode.CHECK_FAILED))
+        return ExitCode.CHECK_FAILED
+    if getattr(backend, "hosts_failed", False):
+        return ExitCode.HOSTS_FAILED
+    return ExitCode.OK
 
 
 def _warn_broken_thresholds(result: RunResult) -> None:

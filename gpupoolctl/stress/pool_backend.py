@@ -205,6 +205,7 @@ class PoolBackend:
         self._waiting: dict[str, _Waiter] = {}
         self._outstanding: set[str] = set()
         self._warnings: list[str] = []
+        self.hosts_failed = False  # some host failed or was unreachable at some call: exit 3
         self._closed = threading.Event()
         self._reaper: threading.Thread | None = None
         self._reaper_jobs: Jobs | None = None
@@ -242,6 +243,8 @@ class PoolBackend:
         for message in jobs.warnings:
             self._warn(message)
         jobs.warnings.clear()
+        if jobs.hosts_failed:
+            self.hosts_failed = True
         jobs.hosts_failed = False
 
     def warnings(self) -> list[str]:
