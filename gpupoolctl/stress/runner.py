@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import random
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
@@ -24,6 +23,7 @@ from typing import Any
 
 from gpupoolctl.errors import GpupoolError
 from gpupoolctl.stress.backend import Backend, SubmitRefused, Work
+from gpupoolctl.stress.clock import Clock, Joinable, WallClock
 from gpupoolctl.stress.model import LevelResult, RunResult, Sample, inferred_queue
 
 
@@ -59,7 +59,9 @@ Event = LevelStarted | LevelDone
 class _Level:
     """One level's shared state: the clock, the samples, the stop signal."""
 
-    def __init__(self, scenario: Any, index: int, level: float, start: float) -> None:
+    def __init__(self, scenario: Any, index: int, level: float, clock: Clock) -> None:
+        start = clock.now()
+        self.clock = clock
         self.scenario = scenario
         self.index = index
         self.level = level
@@ -70,7 +72,7 @@ class _Level:
         self.samples: list[Sample] = []
         self.dropped = 0
         self.lock = threading.Lock()
-        self.stop = threading.Event()  # set on interrupt: submit nothing more
+        self.stop = clock.event()  # set on interrupt: submit nothing more
         self.stopped_at: float | None = None
         self.crash: BaseException | None = None  # the first unexpected error of a worker
 
@@ -91,7 +93,7 @@ class _Level:
 
     def halt(self) -> None:
         if not self.stop.is_set():
-            self.stopped_at = time.time()
+            self.stopped_at = self.clock.now()
             self.stop.set()
 
     def window(self) -> tuple[float, float]:
@@ -100,7 +102,7 @@ class _Level:
         return (self.warm_end, max(self.warm_end, end))
 
     def submitting(self) -> bool:
-        return not self.stop.is_set() and time.time() < self.hold_end
+        return not self.stop.is_set() and self.clock.now() < self.hold_end
 
     def record(self, sample: Sample) -> None:
         with self.lock:
@@ -117,7 +119,10 @@ class Ramp:
         *,
         on_event: Callable[[Event], None] | None = None,
         open_workers: int | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        # The wall clock, or a VirtualClock shared with the backend (see stress.clock).
+        self.clock: Clock = clock or WallClock()
         self.scenario = scenario
         self.open_workers = open_workers  # open model: jobs in flight at most (None: auto)
         self.backend = backend
@@ -137,14 +142,15 @@ class Ramp:
         begin = perf_counter()
         shape = rng.choices(self._shapes, self._weights)[0]
         work = Work(argv=self._argv, name=f"stress-{serial}", shape=shape)
-        sample = Sample(level=lvl.level, submitted=planned if planned is not None else time.time())
+        now = self.clock.now
+        sample = Sample(level=lvl.level, submitted=planned if planned is not None else now())
         spent_in_backend = 0.0
         call = perf_counter()
         try:
             ticket = self.backend.submit(work)
         except SubmitRefused as exc:
             spent_in_backend += perf_counter() - call
-            sample.ended = time.time()
+            sample.ended = now()
             sample.error = str(exc)
             sample.harness_s = max(0.0, perf_counter() - begin - spent_in_backend)
             lvl.record(sample)
@@ -159,14 +165,14 @@ class Ramp:
         finished = None
         # In short waits, so that an interrupt is noticed within WAIT_SLICE_S.
         while finished is None and not lvl.stop.is_set():
-            left = deadline - time.time()
+            left = deadline - now()
             if left <= 0:
                 break
             finished = self.backend.wait(ticket, min(left, WAIT_SLICE_S))
         if finished is None:
             self.backend.abandon(ticket)
             spent_in_backend += perf_counter() - call
-            sample.ended = time.time()
+            sample.ended = now()
             overdue = sample.submitted + self.scenario.job_timeout_s <= lvl.drain_end
             if lvl.stop.is_set():
                 sample.error = "cancelled: the ramp was interrupted"
@@ -214,13 +220,9 @@ class Ramp:
                 self._one(lvl, rng, f"{lvl.index}-{worker}-{count}", None)
 
         threads = [
-            threading.Thread(
-                target=lvl.guarded(submitter), args=(w,), name=f"stress-{w}", daemon=True
-            )
+            self.clock.spawn(lvl.guarded(submitter), (w,), f"stress-{w}")
             for w in range(int(lvl.level))
         ]
-        for thread in threads:
-            thread.start()
         self._join(lvl, threads)
 
     def _open(self, lvl: _Level) -> None:
@@ -230,7 +232,7 @@ class Ramp:
         workers = self.open_workers or min(MAX_OPEN_WORKERS, max(16, math.ceil(rate * 10)))
         slots = threading.BoundedSemaphore(workers)
         rng = random.Random(f"{self.scenario.seed}:{lvl.index}")
-        threads: list[threading.Thread] = []
+        threads: list[Joinable] = []
 
         def worker(serial: str, planned: float, seed: int) -> None:
             try:
@@ -243,7 +245,7 @@ class Ramp:
             planned = lvl.start + arrival / rate
             if planned >= lvl.hold_end or lvl.stop.is_set():
                 break
-            delay = planned - time.time()
+            delay = planned - self.clock.now()
             if delay > 0 and lvl.stop.wait(delay):
                 break
             arrival += 1
@@ -251,21 +253,20 @@ class Ramp:
                 with lvl.lock:
                     lvl.dropped += 1 if planned >= lvl.warm_end else 0
                 continue
-            thread = threading.Thread(
-                target=lvl.guarded(worker),
-                args=(f"{lvl.index}-{arrival}", planned, rng.getrandbits(32)),
-                daemon=True,
+            thread = self.clock.spawn(
+                lvl.guarded(worker),
+                (f"{lvl.index}-{arrival}", planned, rng.getrandbits(32)),
+                f"stress-{lvl.index}-{arrival}",
             )
-            thread.start()
             threads.append(thread)
         self._join(lvl, threads)
 
-    def _join(self, lvl: _Level, threads: list[threading.Thread]) -> None:
+    def _join(self, lvl: _Level, threads: list[Joinable]) -> None:
         # Every wait inside a worker ends by drain_end; the margin covers a last abandon.
         # One deadline for all: N stuck threads must not cost N margins.
         deadline = lvl.drain_end + self.join_margin_s
         for thread in threads:
-            thread.join(timeout=max(0.0, deadline - time.time()))
+            thread.join(timeout=max(0.0, deadline - self.clock.now()))
         stuck = sum(thread.is_alive() for thread in threads)
         if stuck:
             lvl.halt()
@@ -294,44 +295,45 @@ class Ramp:
         def checks(level_result: LevelResult) -> list[Any]:
             return thresholds.evaluate(scenario.thresholds, level_result)
 
-        try:
-            for index, level in enumerate(scenario.levels):
-                lvl = _Level(scenario, index, float(level), time.time())
-                self._current = lvl
-                if self.interrupted:
-                    lvl.halt()
-                self.on_event(LevelStarted(index, total, lvl.level, lvl.hold_end - lvl.start))
-                (self._open if scenario.model == "open" else self._closed)(lvl)
-                if lvl.crash is not None:
-                    raise HarnessError(
-                        f"the ramp stopped at level {level:g}: {type(lvl.crash).__name__}: "
-                        f"{lvl.crash}"
-                    ) from lvl.crash
-                summary = metrics.summarize_level(
-                    lvl.samples,
-                    level=lvl.level,
-                    model=scenario.model,
-                    warmup_s=scenario.warmup_s,
-                    hold_s=scenario.hold_s,
-                    window=lvl.window(),
-                    dropped=lvl.dropped,
-                    evaluate=checks if scenario.thresholds else None,
-                )
-                levels.append(summary)
-                self.on_event(LevelDone(index, total, summary))
-                if self.interrupted:
-                    stopped = f"interrupted during level {level:g}"
-                    break
-                streak = thresholds.broken_streak(levels)
-                if scenario.thresholds and streak >= scenario.stop_after_breaks:
-                    stopped = (
-                        f"thresholds broken at {streak} levels in a row "
-                        f"(last: {level:g}); higher levels not run"
+        with self.clock.running():
+            try:
+                for index, level in enumerate(scenario.levels):
+                    lvl = _Level(scenario, index, float(level), self.clock)
+                    self._current = lvl
+                    if self.interrupted:
+                        lvl.halt()
+                    self.on_event(LevelStarted(index, total, lvl.level, lvl.hold_end - lvl.start))
+                    (self._open if scenario.model == "open" else self._closed)(lvl)
+                    if lvl.crash is not None:
+                        raise HarnessError(
+                            f"the ramp stopped at level {level:g}: {type(lvl.crash).__name__}: "
+                            f"{lvl.crash}"
+                        ) from lvl.crash
+                    summary = metrics.summarize_level(
+                        lvl.samples,
+                        level=lvl.level,
+                        model=scenario.model,
+                        warmup_s=scenario.warmup_s,
+                        hold_s=scenario.hold_s,
+                        window=lvl.window(),
+                        dropped=lvl.dropped,
+                        evaluate=checks if scenario.thresholds else None,
                     )
-                    break
-        finally:
-            self._current = None
-            self.backend.close()
+                    levels.append(summary)
+                    self.on_event(LevelDone(index, total, summary))
+                    if self.interrupted:
+                        stopped = f"interrupted during level {level:g}"
+                        break
+                    streak = thresholds.broken_streak(levels)
+                    if scenario.thresholds and streak >= scenario.stop_after_breaks:
+                        stopped = (
+                            f"thresholds broken at {streak} levels in a row "
+                            f"(last: {level:g}); higher levels not run"
+                        )
+                        break
+            finally:
+                self._current = None
+                self.backend.close()
         knees = knee.knees_from_results(levels)
         return RunResult(
             scenario=scenario.to_dict(),

@@ -293,4 +293,6 @@ def test_a_backend_that_saw_the_placement_gives_queue_and_launch_as_measured() -
     level = Ramp(scenario(levels=(1,), hold_s=0.2), PlacedBackend()).run().levels[0]
     assert level.queue_wait.p50 == pytest.approx(0.1, rel=0.01)  # not start - submit (0.5)
     assert level.launch.p50 == pytest.approx(0.4, rel=0.01)
-    assert level.phases["queue"] == pytest.approx(0.1) and level.phases["launch"] == 0.4
+    # Means over however many jobs fit in the hold: equal up to rounding, not bit for bit.
+    assert level.phases["queue"] == pytest.approx(0.1)
+    assert level.phases["launch"] == pytest.approx(0.4)
