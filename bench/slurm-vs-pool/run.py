@@ -53,7 +53,8 @@ def progress(message: str) -> None:
 
 def ramp_flags(args: argparse.Namespace) -> list[str]:
     return [
-        "--levels", args.levels, "--model", "closed", "--workload", "sleep", "--work", args.work,
+        "--levels", args.levels, "--load-model", "closed",
+        "--workload", "sleep", "--work", args.work,
         "--warmup", args.warmup, "--hold", args.hold, "--drain", args.drain,
         "--job-timeout", "2m", "--name", "slurm-vs-pool",
     ]  # fmt: skip

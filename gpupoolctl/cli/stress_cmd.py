@@ -59,6 +59,12 @@ COMPARE_COLUMNS = (
     Column("verdict", "VERDICT"),
 )
 BACKENDS = ("pool", "noop", "slurm")
+# --model is a GPU model everywhere else (submit --model H100); --html is stress report's.
+MODEL_DEPRECATED = (
+    "stress ramp --model is deprecated: use --load-model closed|open; "
+    "--model is a GPU model (submit --model H100)"
+)
+REPORT_DEPRECATED = "stress ramp --report is deprecated: use --html FILE, as stress report does"
 
 
 # -- ramp -----------------------------------------------------------------------------------
@@ -222,13 +228,18 @@ def ramp(
             "or 1..33+8 (linear).",
         ),
     ] = None,
-    model: Annotated[
+    load_model: Annotated[
         str | None,
         typer.Option(
-            "--model",
+            "--load-model",
             help="closed: N submitters each waiting for its job; open: "
-            "a fixed arrival rate per second.",
+            "a fixed arrival rate per second. (--model, the old spelling, is deprecated: "
+            "--model is a GPU model, as in submit --model H100.)",
         ),
+    ] = None,
+    old_model: Annotated[
+        str | None,
+        typer.Option("--model", hidden=True, help=f"Deprecated: {MODEL_DEPRECATED}"),
     ] = None,
     warmup: Annotated[
         str | None, typer.Option("--warmup", help="Per level, not measured: 5s.")
@@ -292,8 +303,17 @@ def ramp(
     save: Annotated[
         Path | None, typer.Option("--save", help="Write the results (JSON) here.")
     ] = None,
-    report: Annotated[
-        Path | None, typer.Option("--report", help="Write a self-contained HTML report here.")
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Write a self-contained HTML report here (as stress report --html). "
+            "--report, the old spelling, is deprecated.",
+        ),
+    ] = None,
+    old_report: Annotated[
+        Path | None,
+        typer.Option("--report", hidden=True, help=f"Deprecated: {REPORT_DEPRECATED}"),
     ] = None,
     baseline_file: Annotated[
         Path | None, typer.Option("--baseline", help="Overlay this result in plots/report.")
@@ -309,9 +329,17 @@ def ramp(
     from gpupoolctl.stress.verdict import judge
 
     settings: Settings = ctx.obj
+    # Warned even with -q, as the other deprecated spellings: before they go.
+    if old_model is not None:
+        warn(MODEL_DEPRECATED)
+        load_model = load_model if load_model is not None else old_model  # the new one wins
+    if old_report is not None:
+        warn(REPORT_DEPRECATED)
+        html = html if html is not None else old_report
     if backend_name not in BACKENDS:
         raise UsageError(f"unknown backend {backend_name!r}: use {', '.join(BACKENDS)}")
-    for option, path in (("--save", save), ("--report", report)):
+    html_option = "--html" if html is not None and old_report is None else "--report"
+    for option, path in (("--save", save), (html_option, html)):
         # Found out before the ramp, not after it has run for an hour (an empty value reads
         # as the current folder).
         if path is not None and path.is_dir():
@@ -320,7 +348,7 @@ def ramp(
         scenario_file,
         {
             "levels": levels,
-            "model": model,
+            "model": load_model,
             "warmup": warmup,
             "hold": hold,
             "drain": drain,
@@ -358,9 +386,9 @@ def ramp(
     if save is not None:
         results.save(outcome, save)
         notice(f"results saved to {save}", quiet=settings.quiet)
-    if report is not None:
-        report_html.write_html(outcome, report, baseline)
-        notice(f"report written to {report}", quiet=settings.quiet)
+    if html is not None:
+        report_html.write_html(outcome, html, baseline)
+        notice(f"report written to {html}", quiet=settings.quiet)
     _show(settings, outcome, plot=plot, baseline=baseline)
     verdict = judge(outcome)
     for message in verdict.warnings:

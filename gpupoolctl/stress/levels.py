@@ -195,7 +195,7 @@ def check_levels(
     increasing, at most 64."""
     most_rate = MAX_RATE if max_rate is None else max_rate
     if model not in MODELS:
-        raise UsageError(f"unknown model {model!r}: use {' or '.join(MODELS)}")
+        raise UsageError(f"unknown load model {model!r}: use {' or '.join(MODELS)}")
     values = []
     for value in levels:
         if isinstance(value, bool) or not isinstance(value, int | float):

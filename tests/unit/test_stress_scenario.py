@@ -116,7 +116,7 @@ def test_check_levels_per_model() -> None:
         check_levels((1, 2048), "closed")
     with pytest.raises(UsageError, match="at most 10000"):
         check_levels((1, 20000), "open")
-    with pytest.raises(UsageError, match="unknown model 'half-open'"):
+    with pytest.raises(UsageError, match="unknown load model 'half-open'"):
         check_levels((1,), "half-open")
 
 
