@@ -22,7 +22,7 @@ import typer
 
 from gpupoolctl.cli.console import notice, warn
 from gpupoolctl.cli.render import Column, emit
-from gpupoolctl.cli.settings import Settings
+from gpupoolctl.cli.settings import OutputFormat, Settings
 from gpupoolctl.errors import ExitCode, GpupoolError, UsageError
 
 if TYPE_CHECKING:
@@ -190,12 +190,16 @@ def _show(settings: Settings, result: RunResult, *, plot: bool, baseline: Any = 
     from gpupoolctl.stress import report_text
     from gpupoolctl.stress import result as results
 
+    # CSV is the flat rows with raw numbers (to_csv_rows), never the table's text rows:
+    # their keys differ, and each cell would come out as '-'.
+    as_csv = settings.resolved_output() is OutputFormat.csv
+    csv_rows = results.to_csv_rows(result)
     emit(
         settings,
         data=results.to_dict(result),
-        rows=report_text.level_rows(result),
+        rows=csv_rows if as_csv else report_text.level_rows(result),
         columns=_level_columns(),
-        csv_columns=tuple(Column(k, k) for k in _csv_keys(result)),
+        csv_columns=tuple(Column(k, k) for k in (list(csv_rows[0]) if csv_rows else ["level"])),
         title=f"stress: {result.scenario.get('name') or 'ramp'} ({result.backend})",
     )
     if settings.rich_tables or settings.resolved_output().value == "table":
@@ -204,13 +208,6 @@ def _show(settings: Settings, result: RunResult, *, plot: bool, baseline: Any = 
             lines.append(report_text.terminal_plot(result, baseline, color=sys.stdout.isatty()))
         for line in lines:
             sys.stdout.write(line + "\n")
-
-
-def _csv_keys(result: RunResult) -> list[str]:
-    from gpupoolctl.stress import result as results
-
-    rows = results.to_csv_rows(result)
-    return list(rows[0]) if rows else ["level"]
 
 
 @app.command("ramp")
@@ -490,7 +487,10 @@ def compare(
             "warnings": comparison.warnings,
             "rows": rows,
         },
-        rows=[_readable(r) for r in rows],
+        # CSV keeps the raw numbers (a change of 0.1, not '+10.0%'), as `ramp` and `report` do.
+        rows=rows
+        if settings.resolved_output() is OutputFormat.csv
+        else [_readable(r) for r in rows],
         columns=COMPARE_COLUMNS,
         csv_columns=COMPARE_COLUMNS,
         title=f"{result_file} against {baseline_file}",
