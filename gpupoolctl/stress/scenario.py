@@ -250,13 +250,12 @@ FILE_WORKLOAD_KEYS: dict[str, dict[str, str]] = {
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     """Read a scenario file. Any problem, a missing file included, is a SourceError."""
+    from gpupoolctl.textfile import read_user_text
+
     name = os.fspath(path)
-    try:
-        text = Path(name).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SourceError(name, None, f"cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise SourceError(name, None, "not UTF-8 text") from None
+    # Bounded (a log or an image given by mistake is refused before it is read), UTF-8 with
+    # the line of a bad byte, a byte-order mark dropped: as every other user file is read.
+    text = read_user_text(name, "scenario file")
     default_name = Path(name).stem or "scenario"
     return parse_scenario(text, name, default_name=default_name)
 

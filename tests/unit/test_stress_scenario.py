@@ -713,7 +713,7 @@ def test_empty_missing_and_directory(tmp_path: Path) -> None:
     assert error.line is None and "empty file" in str(error) and "levels" in str(error)
     with pytest.raises(SourceError, match="cannot read"):
         load_scenario(tmp_path / "absent.yaml")
-    with pytest.raises(SourceError, match="cannot read"):
+    with pytest.raises(SourceError, match="is a folder"):
         load_scenario(tmp_path)
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00levels")
