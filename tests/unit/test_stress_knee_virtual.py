@@ -120,3 +120,20 @@ def test_an_open_model_below_capacity_completes_every_arrival_at_its_rate() -> N
         assert level.submitted == 10 * level.level  # one arrival per 1/rate s of hold
         assert level.throughput == pytest.approx(level.level, rel=0.02)
         assert level.queue_wait.max == pytest.approx(0.0, abs=1e-6)
+
+
+def test_jobs_past_their_time_out_are_abandoned_and_leave_the_node() -> None:
+    # Four at once on a node with kappa 0.5 run 7x slower than alone: 7 s, past 2 s.
+    scenario = parse_scenario(
+        "levels: [4]\nwarmup: 0s\nhold: 4s\ndrain: 5s\njob-timeout: 2s\n"
+        "workload: {kind: sim, work: 1s, sigma: 0, kappa: 0.5}\n",
+        "slow.yaml",
+    )
+    clock = VirtualClock()
+    backend = ContentionBackend(clock, scenario.workload)
+    outcome = Ramp(scenario, backend, clock=clock).run()
+    [level] = outcome.levels
+    assert level.completed == 0 and level.failed == level.submitted > 0
+    assert list(level.errors) == ["timed out after <n>s"]
+    assert backend.peers.running == 0  # every abandoned job left the node
+    assert "no job succeeded at any level" in (judge(outcome).error or "")
