@@ -665,8 +665,9 @@ def _compare_processes(
 
 # -- two drivers ----------------------------------------------------------------------------------
 
-# Fields both NVIDIA drivers report (the smi driver has no MIG instances or profile table: its
-# module docstring says so), compared exactly unless listed in _LOOSE.
+# Fields both drivers of a vendor report (the NVIDIA smi driver has no MIG instances or profile
+# table: its module docstring says so): exact, but memory used within the tolerance and
+# bandwidth within 0.5 GB/s.
 AGREE_FIELDS = (
     "model",
     "uuid",
