@@ -78,7 +78,13 @@ def run(
 
 # -- the agent -----------------------------------------------------------------------------------
 
-_HIDDEN = 'raise ImportError("{name} hidden by tests/hardware to exercise the smi fallback")\n'
+# A stand-in that leaves `<name>.imported` beside itself, so a run can show it was this that
+# the agent met, then fails as an absent module does.
+_HIDDEN = (
+    "import pathlib\n"
+    'pathlib.Path(__file__).with_suffix(".imported").touch()\n'
+    'raise ImportError("{name} hidden by tests/hardware to exercise the smi fallback")\n'
+)
 
 
 class Agent:
@@ -112,7 +118,13 @@ class Agent:
         folder.mkdir(parents=True, exist_ok=True)
         for name in names:
             (folder / f"{name}.py").write_text(_HIDDEN.format(name=name))
+            (folder / f"{name}.imported").unlink(missing_ok=True)
         return folder
+
+    def hidden_was_met(self, names: tuple[str, ...]) -> bool:
+        """Whether the last run with `hide=names` imported every stand-in."""
+        folder = self.work / ("hidden-" + "-".join(names))
+        return all((folder / f"{name}.imported").is_file() for name in names)
 
     def request(
         self,

@@ -131,6 +131,7 @@ def survey_nvidia(
     with s.part("facts_smi"):
         envelope = node.agent.request("facts", hide=("pynvml",), timeout=180)
         s.save("facts-smi.json", envelope)
+        d["hidden_binding_met"] = node.agent.hidden_was_met(("pynvml",))
         d["facts"]["smi"] = _facts(envelope, "facts through the smi fallback")
         log(f"facts (smi fallback, pynvml hidden): {envelope.get('elapsed_s')} s")
     with s.part("nvidia_smi_after"):
@@ -429,6 +430,7 @@ def survey_amd(
     with s.part("facts_smi"):
         envelope = node.agent.request("facts", hide=("amdsmi",), timeout=240)
         s.save("facts-smi.json", envelope)
+        d["hidden_binding_met"] = node.agent.hidden_was_met(("amdsmi",))
         d["facts"]["smi"] = _facts(envelope, "facts through the smi fallback")
     with s.part("health"):
         done = node.smi("bad-pages", "--json", timeout=120)

@@ -34,6 +34,7 @@ def test_agent_answers_facts_through_both_drivers(amd):
     assert amd["facts"]["smi"]["drivers"].get("amd") == "smi", (
         "with amdsmi hidden the agent did not fall back to amd-smi"
     )
+    assert amd["hidden_binding_met"], "the agent never imported the hidden amdsmi stand-in"
 
 
 def test_facts_through_amdsmi_match_amd_smi(amd):

@@ -35,6 +35,7 @@ def test_agent_answers_facts_through_both_drivers(nvidia):
     assert nvidia["facts"]["smi"]["drivers"].get("nvidia") == "smi", (
         "with pynvml hidden the agent did not fall back to nvidia-smi"
     )
+    assert nvidia["hidden_binding_met"], "the agent never imported the hidden pynvml stand-in"
     count = len(nvidia["nvidia_smi"]["gpus"])
     for name in ("nvml", "smi"):
         gpus = [g for g in nvidia["facts"][name]["gpus"] if g["vendor"] == "nvidia"]

@@ -516,6 +516,30 @@ def test_the_hardware_suite_collects_without_workstation_dependencies():
     assert "21 tests collected" in done.stdout, done.stdout
 
 
+def test_the_agent_meets_the_hidden_binding_through_the_bootstrap(tmp_path):
+    """The smi-fallback run: the stand-in shadows the installed pynvml (nvidia-ml-py is a test
+    dependency here) in the agent that the bootstrap starts, and the agent still answers."""
+    agent = nodeprobe.Agent(tmp_path)
+    envelope = agent.request("facts", hide=("pynvml",), timeout=120)
+    assert envelope["ok"], envelope["error"]
+    assert agent.hidden_was_met(("pynvml",))
+    # On a machine without a GPU no NVIDIA driver answers either way; on a GPU node, the smi one.
+    expected = {"smi"} if nodeprobe.nvidia_absent() is None else set()
+    assert set(envelope["data"]["drivers"].get("nvidia", "").split()) == expected
+    plain = nodeprobe.Agent(tmp_path / "plain")
+    assert plain.request("facts", timeout=120)["ok"]
+    assert not plain.hidden_was_met(("pynvml",))
+    blocked = subprocess.run(
+        [sys.executable, "-c", "import pynvml"],
+        env={**os.environ, "PYTHONPATH": str(agent.hidden_dir(("pynvml",)))},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "pynvml hidden by tests/hardware" in blocked.stderr
+
+
 class SimNode:
     """nodeprobe.Node's shape over the simulator: the agent (through the bootstrap) with `sim`
     set, the fake pynvml bound to the same state, and nvidia-smi answered from the recorded
@@ -560,6 +584,7 @@ def test_the_survey_runs_end_to_end_on_the_simulator(tmp_path, sim_dir, facts):
     lines: list[str] = []
     data = survey.survey_nvidia(node, out, log=lines.append, matmul_seconds=0.1)
     assert data["errors"] == {}, data["errors"]
+    assert data["hidden_binding_met"] is False  # a simulated node installs its fake pynvml
     assert data["notes"] == [
         "the smi driver reports no MIG instances (by design, smi_nvidia.py): its facts were "
         "not compared with nvidia-smi's mig_devices"
