@@ -722,3 +722,52 @@ def test_nvml_is_read_directly_and_refusals_are_kept(sim_dir):
             assert hwcheck.compare_profile_tables(table, expected, gpu, "NVML") == []
     finally:
         fake.nvmlShutdown()
+
+
+class SimAmdNode:
+    """nodeprobe.Node's shape for AMD over the simulated MI300X node, amd-smi answered from
+    tests/fixtures/amd-smi/mi300x-8-rocm7 (synthesised for the same layout: bus ids, memory
+    and partitions agree with the simulator; its uuids are its own)."""
+
+    def __init__(self, work: Path, sim_dir: Path) -> None:
+        self.python = sys.executable
+        self.agent = nodeprobe.Agent(
+            work, sim={"template": "mi300x-8", "state_dir": str(sim_dir)}, host="sim-mi300x01"
+        )
+
+    def smi(self, *args: str, timeout: float = 60) -> nodeprobe.Command:
+        path = AMD / f"{args[0]}.json"
+        if args[1:] != ("--json",) or not path.is_file():
+            return nodeprobe.Command(list(args), 2, "", "not recorded", 0.0)
+        return nodeprobe.Command(list(args), 0, path.read_text(), "", 0.0)
+
+
+def test_the_amd_survey_runs_end_to_end_on_the_simulator(tmp_path):
+    node = SimAmdNode(tmp_path / "node", tmp_path / "sim")
+    data = survey.survey_amd(node, tmp_path / "out", log=lambda line: None, matmul_seconds=0.1)
+    assert data["errors"] == {}, data["errors"]
+    diffs = data["differences"]
+    assert sorted(diffs) == [
+        "amdsmi_vs_smi_driver",
+        "facts_amdsmi_vs_amd_smi",
+        "facts_smi_vs_amd_smi",
+        "topology_amdsmi_vs_amd_smi",
+        "topology_smi_vs_amd_smi",
+    ]
+    # The recorded uuids are not the simulator's, and its GPU 2 runs a 64 GiB process the
+    # simulator has not: exactly those, nothing else.
+    found = diffs["facts_amdsmi_vs_amd_smi"]
+    assert sorted((d["index"], d["field"]) for d in found) == sorted(
+        [(i, "uuid") for i in range(8)] + [(2, "memory_used_mib")]
+    )
+    assert [d["reference"] for d in found if d["field"] == "memory_used_mib"] == [65819]
+    assert diffs["topology_amdsmi_vs_amd_smi"] == []
+    assert diffs["amdsmi_vs_smi_driver"] == []
+    work = data["workload"]
+    assert len(work["probes"]) == 8 and all(p["problems"] for p in work["probes"])
+    assert work["probes"][0]["visible"] == {"ROCR_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "0"}
+    assert work["matmul"]["problems"]  # no GPU here
+    assert data["health"]["bad_pages"]["rc"] == 2  # not recorded: reported as read
+    assert (
+        "facts_amdsmi_vs_amd_smi: 9 difference(s)" in (tmp_path / "out" / "summary.txt").read_text()
+    )
