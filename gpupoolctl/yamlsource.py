@@ -50,15 +50,23 @@ class YamlLimitError(yaml.MarkedYAMLError):
 class GuardedLoader(yaml.SafeLoader):
     """SafeLoader that bounds the nesting depth and the alias expansion while composing.
 
-    A node's expanded size counts every node an alias stands for as written out; it is a
-    sum over children computed as each node is composed, so a bomb is refused after reading
-    its few lines, never expanded."""
+    Both are measured through aliases, as a reader walking the values would meet them: a
+    node's height counts the levels an alias brings, and its weight counts what aliases
+    multiply. An alias of a value that holds no alias itself (a shared vars mapping, `<<:
+    *defaults` on every host) costs one node however often it is used: sharing is linear.
+    An alias of a value that holds aliases brings that value's whole expanded size, so
+    nested aliases (a bomb) compound and are refused after their few lines are read, never
+    expanded."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._depth = 0
         self._written = 0
-        self._expanded: dict[int, int] = {}
+        self._order: dict[int, int] = {}  # node -> when it was composed
+        self._height: dict[int, int] = {}
+        self._weight: dict[int, int] = {}  # what the node costs a walk, sharing aside
+        self._size: dict[int, int] = {}  # the node written out, every alias expanded
+        self._aliased: set[int] = set()  # nodes that hold an alias somewhere inside
         self._open_anchors: list[str] = []  # anchors of the nodes being composed
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
@@ -72,7 +80,7 @@ class GuardedLoader(yaml.SafeLoader):
                     "merge itself or hold itself",
                     event.start_mark,
                 )
-            return super().compose_node(parent, index)  # an anchored node, sized already
+            return super().compose_node(parent, index)  # an anchored node, measured already
         anchor = getattr(event, "anchor", None)
         if anchor is not None:
             self._open_anchors.append(anchor)
@@ -80,17 +88,44 @@ class GuardedLoader(yaml.SafeLoader):
         if self._depth > MAX_DEPTH:
             mark = self.peek_event().start_mark
             raise YamlLimitError(None, None, f"nested deeper than {MAX_DEPTH} levels", mark)
+        began = self._written
         try:
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
             if anchor is not None:
                 self._open_anchors.pop()
+        self._measure(node, began)
+        return node
+
+    def _measure(self, node: yaml.Node, began: int) -> None:
         self._written += 1
-        size = 1 + sum(self._expanded.get(id(child), 1) for child in _children(node))
-        self._expanded[id(node)] = size
+        self._order[id(node)] = self._written
+        height, weight, size, aliased = 0, 1, 1, False
+        for child in _children(node):
+            key = id(child)
+            height = max(height, self._height.get(key, 1))
+            size += self._size.get(key, 1)
+            if self._order.get(key, began + 1) <= began:  # composed before: an alias use
+                aliased = True
+                weight += self._size.get(key, 1) if key in self._aliased else 1
+            else:
+                aliased = aliased or key in self._aliased
+                weight += self._weight.get(key, 1)
+        self._height[id(node)] = height + 1
+        self._weight[id(node)] = weight
+        self._size[id(node)] = size
+        if aliased:
+            self._aliased.add(id(node))
+        if height + 1 > MAX_DEPTH:  # deep only through aliases: a walk would still recurse
+            raise YamlLimitError(
+                None,
+                None,
+                f"nested deeper than {MAX_DEPTH} levels (through aliases)",
+                node.start_mark,
+            )
         budget = max(ALIAS_FACTOR * self._written, ALIAS_FLOOR)
-        if size > budget:
+        if weight > budget:
             raise YamlLimitError(
                 None,
                 None,
@@ -98,7 +133,6 @@ class GuardedLoader(yaml.SafeLoader):
                 "not multiply the document: an alias bomb?)",
                 node.start_mark,
             )
-        return node
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:

@@ -47,3 +47,28 @@ def test_a_large_document_may_reuse_anchors_in_proportion_to_its_size():
 def test_a_value_that_holds_itself_is_refused():
     with pytest.raises(SourceError, match="cannot merge itself or hold itself"):
         safe_load("a: &a [1, *a]\n", "self.yaml")
+
+
+def test_depth_brought_by_aliases_counts_as_depth():
+    """Twelve anchors of 95 levels, each holding the one before: each line is shallow, the
+    value a reader walks is 1,140 levels deep (a RecursionError in json.dumps before)."""
+    lines = [
+        f"x{k}: &a{k} " + "[" * 95 + (f"*a{k - 1}" if k else "x") + "]" * 95 for k in range(12)
+    ]
+    with pytest.raises(SourceError, match=r"chain.yaml:2: .*deeper than 100 levels"):
+        safe_load("\n".join(lines), "chain.yaml")
+
+
+def test_sharing_a_value_is_linear_however_often_it_is_used(monkeypatch):
+    """`<<: *defaults` on every host costs a node a use, so a large inventory never meets
+    the budget, even one far below the floor; nested aliases still do."""
+    import gpupoolctl.yamlsource as guards
+
+    monkeypatch.setattr(guards, "ALIAS_FLOOR", 1000)
+    shared = "d: &d {" + ", ".join(f"k{i}: {i}" for i in range(50)) + "}\n"
+    hosts = "".join(f"h{i}: {{<<: *d, x: {i}}}\n" for i in range(2000))  # 2000 x 51 keys
+    assert safe_load(shared + hosts, "inventory.yaml")["h1999"]["k49"] == 49
+    nested = "a: &a [1, 2, 3, 4, 5, 6, 7, 8]\nb: &b [*a, *a, *a, *a]\n"
+    nested += "c: [" + ", ".join(["*b"] * 400) + "]\n"  # 400 x 4 x 8 nodes through b
+    with pytest.raises(SourceError, match="aliases expand"):
+        safe_load(nested, "nested.yaml")
