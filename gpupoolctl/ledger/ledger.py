@@ -146,6 +146,11 @@ class Transaction:
         return b"".join(lines)
 
 
+# History problems an older gpupoolctl could write and `ledger repair` may record as known:
+# ending what was not held, leaving a queue it was not in. Records this version cannot read
+# (a newer op, a malformed record) stay reported: they may hold slices.
+KNOWABLE_PROBLEMS = ("which is not held", "which is not queued")
+
 NO_FSYNC_ENV = "GPUPOOL_LEDGER_NO_FSYNC"
 AUTOCOMPACT_ENV = "GPUPOOL_LEDGER_AUTOCOMPACT"
 # Records in the live journal that make a writer compact it: reading (every command does)
@@ -598,7 +603,11 @@ class Ledger:
         """Record that the history problems replay found are known (a release of what was
         not held, say, that older versions could write): verify is clean again and the
         journal keeps both the records and this repair naming them."""
-        problems = [{"seq": p["seq"], "message": p["message"]} for p in tx.state.problems]
+        problems = [
+            {"seq": p["seq"], "message": p["message"]}
+            for p in tx.state.problems
+            if any(p["message"].endswith(end) for end in KNOWABLE_PROBLEMS)
+        ]
         if problems:
             tx.append("repair", {"acknowledged": problems})
         return problems

@@ -109,3 +109,14 @@ def test_repair_records_history_problems_as_known_and_keeps_the_records(ledger):
     ledger.compact()
     assert ledger.verify().ok
     assert ledger.repair().value.acknowledged == []
+
+
+def test_repair_leaves_records_it_cannot_read_reported(ledger):
+    """A newer version's op may hold slices: repair must not call it known."""
+    ledger.write(lambda tx: tx.append("hold", {"id": "x-1", "slices": [SLICE]}))
+    ledger.write(lambda tx: tx.append("release", {"id": "a-99"}))
+    assert ledger.repair().value.acknowledged == [
+        {"seq": 3, "message": "release of a-99, which is not held"}
+    ]
+    left = [p.message for p in ledger.verify().problems]
+    assert len(left) == 1 and "unknown op 'hold'" in left[0]
