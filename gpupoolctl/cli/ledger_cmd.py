@@ -172,26 +172,32 @@ def pool(
     ledger = open_ledger(settings)
     failed: list[Any] = []
     shown: set[str] | None = None
+    if host is not None and not host.strip():
+        raise UsageError("--host must not be empty")
+
+    def wanted(names: set[str]) -> set[str]:
+        """The hosts --host keeps (all without it); none is an unknown host, exit 1."""
+        if host is None:
+            return names
+        kept = {name for name in names if fnmatch.fnmatchcase(name, host)}
+        if not kept:
+            raise GpupoolError(f"--host {host!r} matches no host")
+        return kept
+
     if not no_refresh:
         selection = hosts_pool.select(settings)
-        results = hosts_pool.fan_out(
-            settings, selection.targets(), {"v": 1, "verb": "facts", "args": {}}
-        )
+        shown = wanted({h.name for h in selection.hosts})
+        targets = [t for t in selection.targets() if t.name in shown]  # ask only those
+        results = hosts_pool.fan_out(settings, targets, {"v": 1, "verb": "facts", "args": {}})
         failed = [r for r in results if not r.ok]
         if len(failed) < len(results):
             _warn_all(ledger.refresh_from_facts(results).warnings)
-        shown = {h.name for h in selection.hosts}
     elif settings.limit:
-        shown = {h.name for h in hosts_pool.select(settings).hosts}
+        shown = wanted({h.name for h in hosts_pool.select(settings).hosts})
     view = ledger.read()
     _warn_all(view.warnings)
-    if host is not None:
-        if not host.strip():
-            raise UsageError("--host must not be empty")
-        known = shown if shown is not None else {s["host"] for s in view.state.slices.values()}
-        shown = {name for name in known if fnmatch.fnmatchcase(name, host)}
-        if not shown:
-            raise GpupoolError(f"--host {host!r} matches no host the ledger knows")
+    if no_refresh and not settings.limit and host is not None:
+        shown = wanted({s["host"] for s in view.state.slices.values()})
     report = pool_report(view.state, view.now, shown, free_only=free)
     data = {"ledger": str(ledger.path), **report}
     if summary:

@@ -85,32 +85,34 @@ def job_hosts(settings: Settings) -> JobHosts:
     return JobHosts(everyone, placeable)
 
 
-def local_state_folders(targets: list[Target]) -> set[Path]:
-    """The folders of this workstation that the agents of `targets` keep state in: where
-    simulated nodes reached locally keep their cards and jobs, and local hosts their jobs."""
+def local_state_folders(requests: list[tuple[Target, dict[str, Any]]]) -> set[Path]:
+    """The folders of this workstation that the agents of these requests will write: where
+    simulated nodes reached locally keep their cards and jobs, and where a local host keeps
+    the jobs it launches (reading facts there writes nothing)."""
     from gpupoolctl.agent.jobs.paths import state_home
     from gpupoolctl.sim.state import default_state_dir
 
     folders: set[Path] = set()
-    for target in targets:
+    for target, request in requests:
         if target.transport != "local":
             continue
         if target.sim is not None:
             state_dir = target.sim.state_dir
             folders.add(Path(state_dir) if state_dir else default_state_dir())
-        else:
+        elif request.get("verb") == "launch":
             folders.add(Path(state_home()) / "gpupoolctl")
     return folders
 
 
-def check_local_state(targets: list[Target]) -> None:
-    """Make the local state folders (0700) before any agent needs them: one that cannot be
-    made is one error naming it, not every simulated host failing with the same reason."""
-    for folder in sorted(local_state_folders(targets)):
+def check_local_state(requests: list[tuple[Target, dict[str, Any]]]) -> None:
+    """Make the local state folders (0700) that do not exist yet, before any agent needs
+    them: one that cannot be made is one error naming it, not every simulated host failing
+    with the same reason. A folder that exists is left to the agent's own file errors."""
+    for folder in sorted(local_state_folders(requests)):
+        if folder.is_dir():
+            continue
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            if not os.access(folder, os.W_OK | os.X_OK):
-                raise PermissionError(13, "Permission denied")
         except OSError as exc:
             raise LocalStateError(
                 f"state folder {folder}: {exc.strerror or exc} (local and simulated hosts keep "
@@ -146,7 +148,7 @@ def fan_out_each(
     from gpupoolctl.cli.progress import host_progress
     from gpupoolctl.remote.fanout import Timeouts, run_agent_each
 
-    check_local_state([target for target, _ in requests])
+    check_local_state(requests)
     command_timeout = settings.command_timeout or default_timeout
     timeouts = Timeouts(connect=settings.connect_timeout, command=command_timeout)
     with host_progress(len(requests), enabled=not settings.quiet) as advance:

@@ -248,3 +248,18 @@ def test_mem_help_says_what_a_bare_number_and_each_unit_mean(cli, command):
     run = cli(command, "--help", extra_env={"COLUMNS": "400"})
     assert run.code == 0
     assert "a bare number is GB" in run.stdout and "10GiB (binary)" in run.stdout
+
+
+def test_pool_host_asks_only_the_hosts_it_shows(cli):
+    inventory = Path(cli.tmp) / "two.yaml"
+    inventory.write_text(
+        "all:\n  hosts:\n"
+        "    sim-a: {transport: local, sim: l40s-4}\n"
+        "    gone-b: {ansible_host: 127.0.0.1, ansible_port: 1}\n"
+    )
+    shown = cli("-q", "-i", str(inventory), "pool", "--host", "sim-*", "--summary")
+    assert shown.code == 0, shown.stderr
+    assert "gone-b" not in shown.stderr and "sim-a" in shown.stdout
+    everyone = cli("-q", "-i", str(inventory), "pool", "--summary")
+    assert everyone.code == 3 and "gone-b" in everyone.stderr
+
