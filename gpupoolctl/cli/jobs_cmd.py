@@ -667,12 +667,22 @@ def cancel(
             "the job's own, 30 s unless it was submitted with --grace).",
         ),
     ] = None,
+    forget: Annotated[
+        bool,
+        typer.Option(
+            "--forget",
+            help="Do not ask its node: record the job failed and release its slices now. "
+            "For a job whose node is gone for good (whatever still runs there is not "
+            "stopped).",
+        ),
+    ] = False,
     backend: BackendOption = "pool",
 ) -> None:
     """Stop a job (SIGTERM to its process group, grace period, SIGKILL), release its
     slices and record it cancelled; a queued job just leaves the queue, and one being
     launched is stopped on its node before it can start (or right after, if it had).
-    Exit 1 when the job had already ended (it is recorded as it ended, e.g. done).
+    Exit 1 when the job had already ended (it is recorded as it ended, e.g. done), or
+    when its node could not confirm the end (then --forget, if the node is gone).
 
     With --backend slurm: scancel JOB, then its state once Slurm settled it (exit 1 when the
     job had already ended, or when Slurm did not confirm its end within 15 s)."""
@@ -680,9 +690,23 @@ def cancel(
 
     settings: Settings = ctx.obj
     if _backend(backend) == "slurm":
+        if forget:
+            raise UsageError("--forget with --backend slurm: Slurm keeps its own jobs")
         _cancel_slurm(settings, job_id, grace)
         return
     jobs = _open(settings)
+    if forget:
+        from gpupoolctl.jobs.control import forget as forget_job
+        from gpupoolctl.ledger import current_user
+
+        job = forget_job(jobs, job_id, who=current_user())
+        warn(f"{job_id}: forgotten; its node was not asked (a process left there runs on)")
+        data = _rows([job])[0]
+        if settings.resolved_output() is OutputFormat.table:
+            print(f"forgot {job_id}: {job.get('error')}")
+        else:
+            emit(settings, data=data, rows=[data], columns=JOB_COLUMNS, csv_columns=JOB_CSV_COLUMNS)
+        return
     job = cancel_job(jobs, job_id, grace_s=grace)
     data = _rows([job])[0]
     if settings.resolved_output() is OutputFormat.table:

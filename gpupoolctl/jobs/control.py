@@ -76,9 +76,34 @@ def cancel(
     if job.get("state") in ACTIVE:
         raise JobError(
             f"{job_id} was signalled but its node could not confirm it ended; "
-            "`gpupoolctl jobs` records it when it does"
+            "`gpupoolctl jobs` records it when it does (a node gone for good: "
+            f"`gpupoolctl cancel --forget {job_id}`)"
         )
     return job
+
+
+def forget(jobs: Jobs, job_id: str, *, who: str) -> dict[str, Any]:
+    """End a job in the ledger without asking its node (one that is gone for good): it is
+    recorded failed and its slices released in one transaction. What may still run on the
+    node is not stopped: that is the price of not asking."""
+
+    def build(tx: Transaction) -> dict[str, Any]:
+        current = tx.state.jobs.get(job_id)
+        if current is None:
+            ended = tx.state.finished.get(job_id)
+            if ended is None:
+                raise NoSuchJob(f"no job {job_id!r} (see `gpupoolctl jobs --all`)")
+            raise JobError(f"{job_id} has already ended ({ended.get('state')})")
+        for entry in list(tx.state.queue.values()):
+            if entry.get("job") == job_id:
+                tx.append("dequeue", {"id": entry["id"], "reason": "forgotten"})
+        if current.get("state") in ("pending", "running") and current.get("alloc"):
+            tx.release(str(current["alloc"]))
+        error = f"forgotten by {who} (its node was not asked)"
+        tx.append("job", {"id": job_id, "state": "failed", "error": error, "submitter": None})
+        return tx.state.finished[job_id]
+
+    return jobs.ledger.write(build).value
 
 
 def _settle_launch(

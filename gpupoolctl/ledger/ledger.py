@@ -468,7 +468,8 @@ class Ledger:
             if job is not None:
                 raise LedgerError(
                     f"{alloc_id} is the allocation of {job['state']} job {job['id']}: it is "
-                    f"released when the job ends; to stop the job, `gpupoolctl cancel {job['id']}`"
+                    f"released when the job ends; to stop the job, `gpupoolctl cancel {job['id']}` "
+                    "(`cancel --forget` when its node is gone for good)"
                 )
             tx.append("release", {"id": alloc_id})
             return alloc

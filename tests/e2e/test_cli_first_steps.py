@@ -263,3 +263,22 @@ def test_pool_host_asks_only_the_hosts_it_shows(cli):
     everyone = cli("-q", "-i", str(inventory), "pool", "--summary")
     assert everyone.code == 3 and "gone-b" in everyone.stderr
 
+
+
+def test_cancel_forget_frees_the_slices_of_a_job_whose_node_is_gone(jobs_cli):
+    job = submit(jobs_cli, "-l", L40S, "--profile", "gpu", *SLEEP)
+    gone = Path(jobs_cli.tmp) / "gone.yaml"  # the same pool, its L40S node unreachable now
+    gone.write_text(f"all:\n  hosts:\n    {L40S}: {{ansible_host: 127.0.0.1, ansible_port: 1}}\n")
+    stuck = jobs_cli("-q", "-i", str(gone), "cancel", job, "--grace", "0")
+    assert stuck.code == 1 and f"cancel --forget {job}" in stuck.stderr, stuck.stderr
+    refused = jobs_cli("-q", "release", alloc_of(jobs_cli, job))
+    assert refused.code == 1
+    forgot = jobs_cli("-q", "-i", str(gone), "cancel", "--forget", job, "-o", "json")
+    assert forgot.code == 0, forgot.stderr
+    assert forgot.json()["state"] == "failed" and "forgotten by" in forgot.json()["reason"]
+    assert "was not asked" in forgot.stderr  # a warning, even with -q
+    shown = jobs_cli("-q", "pool", "--no-refresh", "-l", L40S, "-o", "json").json()
+    assert all(s["state"] == "free" for n in shown["nodes"] for s in n["slices"])
+    assert jobs_cli("-q", "ledger", "verify").code == 0
+    again = jobs_cli("-q", "cancel", "--forget", job)
+    assert again.code == 1 and "already ended" in again.stderr
