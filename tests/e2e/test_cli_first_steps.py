@@ -264,7 +264,6 @@ def test_pool_host_asks_only_the_hosts_it_shows(cli):
     assert everyone.code == 3 and "gone-b" in everyone.stderr
 
 
-
 def test_cancel_forget_frees_the_slices_of_a_job_whose_node_is_gone(jobs_cli):
     job = submit(jobs_cli, "-l", L40S, "--profile", "gpu", *SLEEP)
     gone = Path(jobs_cli.tmp) / "gone.yaml"  # the same pool, its L40S node unreachable now

@@ -12,9 +12,7 @@ def test_facts_of_a_local_host_need_no_folder_a_launch_does(tmp_path, monkeypatc
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     local = target_from_vars("ws", {"transport": "local"})
     assert local_state_folders([(local, {"verb": "facts"})]) == set()
-    assert local_state_folders([(local, {"verb": "launch"})]) == {
-        tmp_path / "state" / "gpupoolctl"
-    }
+    assert local_state_folders([(local, {"verb": "launch"})]) == {tmp_path / "state" / "gpupoolctl"}
 
 
 def test_simulated_hosts_need_their_state_folder_and_ssh_hosts_none(tmp_path, monkeypatch):
