@@ -18,6 +18,11 @@ _BOM = b"\xef\xbb\xbf"
 
 
 def read_user_text(path: str | os.PathLike[str], what: str) -> str:
+    return decode_user_text(read_user_bytes(path, what), os.fspath(path), what)
+
+
+def read_user_bytes(path: str | os.PathLike[str], what: str) -> bytes:
+    """The file's bytes, refused unread past MAX_BYTES; SourceError for any trouble."""
     name = os.fspath(path)
     try:
         with open(name, "rb") as handle:
@@ -31,7 +36,9 @@ def read_user_text(path: str | os.PathLike[str], what: str) -> str:
         raise SourceError(name, None, f"is a folder; give the {what} itself") from None
     except OSError as exc:
         raise SourceError(name, None, f"cannot read {what}: {exc.strerror or exc}") from None
-    return decode_user_text(raw, name, what)
+    if len(raw) > MAX_BYTES:
+        raise SourceError(name, None, f"{what} is over {MAX_BYTES} bytes; not read")
+    return raw
 
 
 def decode_user_text(raw: bytes, name: str, what: str) -> str:

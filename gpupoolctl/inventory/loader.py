@@ -25,7 +25,7 @@ from gpupoolctl.inventory.graph import GraphError, InventoryData
 from gpupoolctl.inventory.ini import parse_ini
 from gpupoolctl.inventory.model import Group, Host, Inventory
 from gpupoolctl.inventory.ranges import HostRangeError, expand_host_range, has_range, split_port
-from gpupoolctl.inventory.varsfiles import load_vars
+from gpupoolctl.inventory.varsfiles import load_vars, read_bytes_bounded
 from gpupoolctl.inventory.yamlinv import NotYamlInventory, parse_yaml
 
 YAML_SUFFIXES = ("", ".yml", ".yaml", ".json")
@@ -36,10 +36,7 @@ def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     source = Path(path)
     if source.is_dir():
         raise InventoryError(str(source), None, "is a directory; give the inventory file itself")
-    try:
-        raw = source.read_bytes()
-    except OSError as exc:
-        raise InventoryError(str(source), None, f"cannot read inventory: {exc.strerror}") from None
+    raw = read_bytes_bounded(source, "inventory")
     if source.suffix == ".toml":
         raise InventoryError(str(source), None, "TOML inventories are not supported")
     data = _parse(source, raw)

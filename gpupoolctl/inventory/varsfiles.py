@@ -44,11 +44,19 @@ def _dir_files(folder: Path) -> list[Path]:
     return found
 
 
-def load_vars_file(path: Path) -> dict[str, Any]:
+def read_bytes_bounded(path: Path, what: str) -> bytes:
+    """The file's bytes, bounded in size (textfile.MAX_BYTES), as an InventoryError."""
+    from gpupoolctl.errors import SourceError
+    from gpupoolctl.textfile import read_user_bytes
+
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InventoryError(str(path), None, f"cannot read: {exc.strerror}") from None
+        return read_user_bytes(path, what)
+    except SourceError as exc:
+        raise InventoryError(exc.path, exc.line, exc.detail) from None
+
+
+def load_vars_file(path: Path) -> dict[str, Any]:
+    raw = read_bytes_bounded(path, "vars file")
     if raw.startswith(b"$ANSIBLE_VAULT;"):
         raise InventoryError(str(path), 1, "vault-encrypted files are not supported")
     try:
