@@ -1,11 +1,13 @@
-"""How the real-GPU checks reach the node: the agent as the bootstrap runs it, the vendor tools,
-NVML read directly, and jobs through the agent's own `launch` verb. Every subprocess has a
+"""How the real-GPU checks reach the node: the agent as the bootstrap starts it, the vendor
+tools, NVML read directly, and jobs through the agent's own `launch` verb. Every subprocess has a
 timeout; nothing here changes the GPU (queries only: no MIG mode, instances, resets, clocks or
 power limits).
 
 Standard library only at import; pynvml is imported by the one function that reads NVML
-directly. Of gpupoolctl it uses the agent payload builder and the bootstrap (both stdlib-only),
-so the agent runs exactly as it does when the workstation sends it over SSH.
+directly. Of gpupoolctl nothing from the workstation side (cli, remote) is imported: the agent
+runs in a child `python3 -c "from gpupoolctl.agent.main import main; ..."` with this checkout
+first on PYTHONPATH and one JSON request on stdin, which is what the bootstrap does once it has
+unpacked the payload (gpupoolctl/remote/bootstrap.py).
 """
 
 from __future__ import annotations
@@ -21,8 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpupoolctl.remote.bootstrap import encode_stdin, interpreter_argv
-from gpupoolctl.remote.payload import build_payload
+import gpupoolctl.agent
+
+# The checkout (or installed tree) whose agent runs: the folder that holds `gpupoolctl/`.
+AGENT_ROOT = str(Path(gpupoolctl.agent.__file__).resolve().parents[2])
+# The bootstrap's last two lines, once the payload is on sys.path: main() reads stdin.
+AGENT_MAIN = "from gpupoolctl.agent.main import main; raise SystemExit(main())"
 
 
 @dataclass
@@ -50,6 +56,7 @@ def run(
     timeout: float,
     env: dict[str, str] | None = None,
     stdin: bytes | None = None,
+    cwd: Path | None = None,
 ) -> Command:
     """Run without a shell; a time-out is rc 124 with a line saying so, never a hang."""
     start = time.monotonic()
@@ -60,6 +67,7 @@ def run(
             capture_output=True,
             timeout=timeout,
             env=env,
+            cwd=cwd,
             check=False,
         )
     except FileNotFoundError as exc:
@@ -78,6 +86,11 @@ def run(
 
 # -- the agent -----------------------------------------------------------------------------------
 
+
+def _pythonpath(env: dict[str, str]) -> list[str]:
+    return [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != AGENT_ROOT]
+
+
 # A stand-in that leaves `<name>.imported` beside itself, so a run can show it was this that
 # the agent met, then fails as an absent module does.
 _HIDDEN = (
@@ -88,8 +101,9 @@ _HIDDEN = (
 
 
 class Agent:
-    """The agent run as the workstation runs it: `python3 -c <bootstrap>` with the payload and
-    a JSON request on stdin. Its cache and job folders live under `work`, not in ~."""
+    """The agent run as the bootstrap runs it: `python3 -c AGENT_MAIN` with the agent's tree
+    first on PYTHONPATH and a JSON request on stdin. Its state (job folders) lives under
+    `work`, not in ~."""
 
     def __init__(
         self,
@@ -99,10 +113,10 @@ class Agent:
         host: str = "hwcheck",
     ) -> None:
         self.work = work
+        work.mkdir(parents=True, exist_ok=True)
         self.python = python
         self.sim = sim
         self.host = host
-        self.payload = build_payload()
         self.env = dict(os.environ)
         self.env.update(
             {
@@ -139,14 +153,14 @@ class Agent:
         if self.sim is not None:
             request["sim"] = self.sim
         env = dict(self.env)
-        if hide:
-            folder = str(self.hidden_dir(hide))
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (folder, env.get("PYTHONPATH")) if p)
+        first = [str(self.hidden_dir(hide))] if hide else []
+        env["PYTHONPATH"] = os.pathsep.join([*first, AGENT_ROOT, *_pythonpath(env)])
         done = run(
-            interpreter_argv(self.python),
+            [self.python, "-c", AGENT_MAIN],
             timeout,
             env=env,
-            stdin=encode_stdin(self.payload, request),
+            stdin=json.dumps(request).encode(),
+            cwd=self.work,
         )
         try:
             envelope = json.loads(done.stdout)

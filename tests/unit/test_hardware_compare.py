@@ -3,8 +3,8 @@
 tests/hardware runs only on a GPU node; what it compares (nvidia-smi XML, topo -m, mig -lgip /
 -lgipp and amd-smi JSON against the agent's facts and the catalog) is tested here, with the
 simulated DGX-H100-MIG node `sg-dgx02` (inventories/sim.yaml) and output recorded in its shape
-under tests/fixtures/nvidia-smi/. The agent is run as the hardware suite runs it: the bootstrap,
-a JSON request on stdin.
+under tests/fixtures/nvidia-smi/. The agent is run as the hardware suite runs it: a child
+`python3 -c` calling gpupoolctl.agent.main.main() with a JSON request on stdin.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def sim_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def facts(tmp_path_factory: pytest.TempPathFactory, sim_dir: Path) -> dict[str, Any]:
-    """The simulated node's facts through the nvml driver, the agent run through the bootstrap."""
+    """The simulated node's facts through the nvml driver, the agent run as a child."""
     agent = nodeprobe.Agent(
         tmp_path_factory.mktemp("agent"),
         sim={"template": TEMPLATE, "state_dir": str(sim_dir)},
@@ -486,12 +486,13 @@ WORKSTATION_ONLY = (
     "ClusterShell",
     "prometheus_client",
     "gpupoolctl.cli",
+    "gpupoolctl.remote",
 )
 
 
 def test_the_hardware_suite_collects_without_workstation_dependencies():
-    """As on a GPU node: no third-party pytest plugins, and every workstation-only module
-    (and gpupoolctl.cli) made unimportable before the suite's modules are loaded."""
+    """As on a GPU node: no third-party pytest plugins, and every workstation-only module (and
+    gpupoolctl.cli, gpupoolctl.remote) made unimportable before the suite's modules load."""
     blocked = ",".join(repr(m) for m in WORKSTATION_ONLY)
     code = (
         "import sys\n"
@@ -516,9 +517,9 @@ def test_the_hardware_suite_collects_without_workstation_dependencies():
     assert "21 tests collected" in done.stdout, done.stdout
 
 
-def test_the_agent_meets_the_hidden_binding_through_the_bootstrap(tmp_path):
+def test_the_agent_meets_the_hidden_binding(tmp_path):
     """The smi-fallback run: the stand-in shadows the installed pynvml (nvidia-ml-py is a test
-    dependency here) in the agent that the bootstrap starts, and the agent still answers."""
+    dependency here) in the agent child, and the agent still answers."""
     agent = nodeprobe.Agent(tmp_path)
     envelope = agent.request("facts", hide=("pynvml",), timeout=120)
     assert envelope["ok"], envelope["error"]
@@ -541,7 +542,7 @@ def test_the_agent_meets_the_hidden_binding_through_the_bootstrap(tmp_path):
 
 
 class SimNode:
-    """nodeprobe.Node's shape over the simulator: the agent (through the bootstrap) with `sim`
+    """nodeprobe.Node's shape over the simulator: the agent (a child, request on stdin) with `sim`
     set, the fake pynvml bound to the same state, and nvidia-smi answered from the recorded
     files. The smi-fallback run cannot hide a simulated pynvml, so both facts runs use nvml."""
 
