@@ -446,6 +446,20 @@ def pair_gpus(
     return pairs, left, right
 
 
+def bus_form_diffs(facts: dict[str, Any], vendor: str, source: str) -> list[Diff]:
+    """Every GPU of `vendor` whose bus id is an address not written in the sysfs form the drivers
+    promise (`0000:18:00.0`: gpupoolctl/hw/pci.py). The comparisons above normalize both sides,
+    so only this says whether the facts themselves carry that form."""
+    out = []
+    for gpu in facts.get("gpus", []):
+        raw = gpu.get("pci_bus_id")
+        if gpu.get("vendor") != vendor or not isinstance(raw, str) or not _BUS.fullmatch(raw):
+            continue
+        if raw != bus_key(raw):
+            out.append(_diff(gpu, "pci_bus_id form", raw, bus_key(raw), source, "sysfs form"))
+    return out
+
+
 def _same_text(a: Any, b: Any) -> bool:
     return (a or None) == (b or None)
 

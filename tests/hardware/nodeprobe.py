@@ -353,6 +353,12 @@ class Node:
 # -- NVML read directly --------------------------------------------------------------------------
 
 
+def handle_by_uuid(nvml: Any, uuid: str) -> Any:
+    """The NVML handle of `GPU-<uuid>`; bytes, which every nvidia-ml-py accepts (the older ones
+    take no str)."""
+    return nvml.nvmlDeviceGetHandleByUUID(uuid.encode())
+
+
 def _nvml_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 

@@ -190,7 +190,7 @@ def _mig_readings(node: Any, d: dict[str, Any], s: Survey) -> dict[str, Any]:
                 "catalog_model": getattr(_model_for(gpu), "key", None),
             }
             if (gpu.get("mig") or {}).get("capable"):
-                handle = nvml.nvmlDeviceGetHandleByUUID(gpu["uuid"])
+                handle = nodeprobe.handle_by_uuid(nvml, gpu["uuid"])
                 entry["nvml"] = nodeprobe.nvml_profiles(nvml, handle)
             readings["gpus"].append(entry)
     finally:
@@ -220,7 +220,7 @@ def _health_readings(node: Any, d: dict[str, Any], s: Survey) -> dict[str, Any]:
     nvml = node.nvml()
     try:
         for gpu in gpus:
-            handle = nvml.nvmlDeviceGetHandleByUUID(gpu["uuid"])
+            handle = nodeprobe.handle_by_uuid(nvml, gpu["uuid"])
             xml = by_uuid.get(hwcheck.uuid_key(gpu["uuid"])) or {}
             entry = {
                 "index": gpu["index"],
@@ -359,6 +359,12 @@ def _judge_nvidia(
             )
     if nvml and smi:
         diffs["nvml_vs_smi_driver"] = hwcheck.compare_drivers(nvml, smi, vendor="nvidia")
+    diffs["bus_id_form"] = [
+        diff
+        for name, facts in (("nvml", nvml), ("smi", smi))
+        if facts
+        for diff in hwcheck.bus_form_diffs(facts, "nvidia", f"agent facts ({name}) pci_bus_id")
+    ]
     if d.get("topo"):
         if nvml:
             diffs["topology_nvml_vs_topo"] = hwcheck.compare_topology(nvml, d["topo"])

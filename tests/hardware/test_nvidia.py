@@ -57,6 +57,11 @@ def test_nvml_and_smi_drivers_agree(nvidia):
     _no_diffs(nvidia, "nvml_vs_smi_driver")
 
 
+def test_facts_write_bus_ids_in_the_sysfs_form(nvidia):
+    _no_error(nvidia, "judge")
+    _no_diffs(nvidia, "bus_id_form")
+
+
 def test_link_matrix_matches_nvidia_smi_topo(nvidia):
     _no_error(nvidia, "topology", "judge")
     _no_diffs(nvidia, "topology_nvml_vs_topo")

@@ -194,6 +194,17 @@ def _proc(pid: int, used: int = 1024, name: str | None = "python3") -> dict[str,
     }
 
 
+def test_bus_ids_not_in_the_sysfs_form_are_reported_apart(facts):
+    assert hwcheck.bus_form_diffs(facts, "nvidia", "facts") == []
+    nvml_spelling = copy.deepcopy(facts)
+    gpu = nvml_spelling["gpus"][2]
+    gpu["pci_bus_id"] = "00000000:" + gpu["pci_bus_id"].split(":", 1)[1].upper()
+    found = hwcheck.bus_form_diffs(nvml_spelling, "nvidia", "facts")
+    assert [(d["index"], d["field"], d["agent"], d["reference"]) for d in found] == [
+        (gpu["index"], "pci_bus_id form", gpu["pci_bus_id"], facts["gpus"][2]["pci_bus_id"])
+    ]
+
+
 def test_compute_processes_must_match_and_graphics_ones_do_not_count(facts):
     smi = parsed()
     _with_process(smi, 0, 4242)
@@ -514,7 +525,7 @@ def test_the_hardware_suite_collects_without_workstation_dependencies():
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "21 tests collected" in done.stdout, done.stdout
+    assert "22 tests collected" in done.stdout, done.stdout
 
 
 def test_the_agent_meets_the_hidden_binding(tmp_path):
@@ -593,6 +604,7 @@ def test_the_survey_runs_end_to_end_on_the_simulator(tmp_path, sim_dir, facts):
     assert ("mig", "-lgip") in node.calls and ("mig", "-lgipp") in node.calls
     diffs = data["differences"]
     assert sorted(diffs) == [
+        "bus_id_form",
         "facts_nvml_vs_nvidia_smi",
         "facts_smi_vs_nvidia_smi",
         "mig_agent_vs_catalog",
