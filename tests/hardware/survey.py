@@ -465,6 +465,11 @@ def survey_amd(
             diffs["amdsmi_vs_smi_driver"] = hwcheck.compare_drivers(
                 d["facts"]["amdsmi"], d["facts"]["smi"], vendor="amd"
             )
+        diffs["bus_id_form"] = [
+            diff
+            for name, facts in d["facts"].items()
+            for diff in hwcheck.bus_form_diffs(facts, "amd", f"agent facts ({name}) pci_bus_id")
+        ]
     return s.finish()
 
 

@@ -52,6 +52,11 @@ def test_amdsmi_and_smi_drivers_agree(amd):
     _no_diffs(amd, "amdsmi_vs_smi_driver")
 
 
+def test_facts_write_bus_ids_in_the_sysfs_form(amd):
+    _no_error(amd, "judge")
+    _no_diffs(amd, "bus_id_form")
+
+
 def test_xgmi_links_match_amd_smi_topology(amd):
     _no_error(amd, "judge")
     if "topology_amdsmi_vs_amd_smi" not in amd["differences"]:

@@ -525,7 +525,7 @@ def test_the_hardware_suite_collects_without_workstation_dependencies():
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "22 tests collected" in done.stdout, done.stdout
+    assert "23 tests collected" in done.stdout, done.stdout
 
 
 def test_the_agent_meets_the_hidden_binding(tmp_path):
@@ -762,6 +762,7 @@ def test_the_amd_survey_runs_end_to_end_on_the_simulator(tmp_path):
     diffs = data["differences"]
     assert sorted(diffs) == [
         "amdsmi_vs_smi_driver",
+        "bus_id_form",
         "facts_amdsmi_vs_amd_smi",
         "facts_smi_vs_amd_smi",
         "topology_amdsmi_vs_amd_smi",
@@ -776,6 +777,7 @@ def test_the_amd_survey_runs_end_to_end_on_the_simulator(tmp_path):
     assert [d["reference"] for d in found if d["field"] == "memory_used_mib"] == [65819]
     assert diffs["topology_amdsmi_vs_amd_smi"] == []
     assert diffs["amdsmi_vs_smi_driver"] == []
+    assert diffs["bus_id_form"] == []
     work = data["workload"]
     assert len(work["probes"]) == 8 and all(p["problems"] for p in work["probes"])
     assert work["probes"][0]["visible"] == {"ROCR_VISIBLE_DEVICES": "0", "HIP_VISIBLE_DEVICES": "0"}
