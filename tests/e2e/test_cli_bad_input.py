@@ -5,39 +5,11 @@ nesting, an alias bomb."""
 
 from __future__ import annotations
 
-import os
-import resource
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.hostile import alias_bomb
-
-MEMORY_CAP = 1024 * 1024 * 1024  # far above what reading any of these may cost
-CPU_CAP_S = 30
-
-
-def _caps() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_CAP_S, CPU_CAP_S))
-
-
-def capped(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "XDG_"))}
-    env.update({"HOME": str(tmp_path), "GPUPOOL_SIM_DIR": str(tmp_path / "sim")})
-    return subprocess.run(
-        [sys.executable, "-m", "gpupoolctl.cli.main", "-q", *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        cwd=tmp_path,
-        preexec_fn=_caps,
-        timeout=120,
-    )
-
+from tests.hostile import alias_bomb, capped
 
 CASES = {
     "binary": (b"\x00\x01binary", "is it a text file?"),
@@ -65,7 +37,7 @@ def test_damaged_file_is_one_line_naming_it(tmp_path: Path, case: str, command) 
     if "--hooks" in args:  # a good spec, so the hooks file is what is read and refused
         args[args.index("-f") + 1] = str(Path(__file__).parents[2] / "playbooks/layouts.yaml")
         args[args.index("-c") + 1] = "inference"
-    run = capped(tmp_path, *args)
+    run = capped(tmp_path, "-q", *args)
     assert run.returncode == 1, run.stderr
     assert "Traceback" not in run.stderr and "MemoryError" not in run.stderr
     lines = run.stderr.splitlines()
@@ -76,6 +48,6 @@ def test_damaged_file_is_one_line_naming_it(tmp_path: Path, case: str, command) 
 
 def test_a_limit_file_of_brackets_is_a_usage_error_at_once(tmp_path: Path) -> None:
     (tmp_path / "limit.txt").write_bytes(b"[" * 100_000)
-    run = capped(tmp_path, "-l", "@limit.txt", "inventory", "hosts")
+    run = capped(tmp_path, "-q", "-l", "@limit.txt", "inventory", "hosts")
     assert run.returncode == 2 and "limit.txt:1: host pattern of 100000" in run.stderr
     assert len(run.stderr.splitlines()) == 1

@@ -5,39 +5,13 @@ never reached. Saved results for `stress report` / `stress compare`, scenario fi
 
 from __future__ import annotations
 
-import os
-import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpupoolctl.textfile import MAX_BYTES
-from tests.hostile import alias_bomb
-
-MEMORY_CAP = 1024 * 1024 * 1024  # far above what reading any of these may cost
-CPU_CAP_S = 30
-
-
-def _caps() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
-    resource.setrlimit(resource.RLIMIT_CPU, (CPU_CAP_S, CPU_CAP_S))
-
-
-def capped(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "XDG_"))}
-    env.update({"HOME": str(tmp_path), "GPUPOOL_SIM_DIR": str(tmp_path / "sim")})
-    return subprocess.run(
-        [sys.executable, "-m", "gpupoolctl.cli.main", *args],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        cwd=tmp_path,
-        preexec_fn=_caps,
-        timeout=120,
-    )
+from tests.hostile import alias_bomb, capped
 
 
 def _huge(path: Path) -> None:
