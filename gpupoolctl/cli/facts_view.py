@@ -119,7 +119,7 @@ def memory_text(gpu: dict[str, Any]) -> str | None:
     used = gpu.get("memory_used_mib")
     if total is None:
         return None
-    from gpupoolctl.ledger.units import gib_text
+    from gpupoolctl.hw.units import gib_text
 
     used_text = "?" if used is None else gib_text(used)
     return f"{used_text}/{gib_text(total)}"

@@ -102,7 +102,7 @@ def _warn_all(messages: list[str]) -> None:
 
 
 def _gib(mib: int | None) -> str | None:
-    from gpupoolctl.ledger.units import gib_text
+    from gpupoolctl.hw.units import gib_text
 
     return None if mib is None else gib_text(mib)
 

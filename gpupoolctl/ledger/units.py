@@ -65,14 +65,6 @@ def parse_memory_mib(text: str) -> int:
     return mib
 
 
-def gib_text(mib: int | float) -> str:
-    """MiB as GiB with one decimal, rounded down: what is shown is what `--mem` compares,
-    so asking for the figure a slice shows always fits it (a CPX partition of 24574 MiB is
-    23.9, not 24.0; a 1g.10gb instance of 9984 MiB is 9.7, not 9.8)."""
-    tenths = int(mib * 10 // 1024)
-    return f"{tenths // 10}.{tenths % 10}"
-
-
 def utc_now() -> datetime:
     return datetime.now(UTC)
 

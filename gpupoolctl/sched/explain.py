@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpupoolctl.ledger.units import gib_text
+from gpupoolctl.hw.units import gib_text
 from gpupoolctl.sched.request import JobRequest
 
 _TIES = {

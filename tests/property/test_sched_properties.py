@@ -389,7 +389,8 @@ def test_preemption_takes_the_fewest_eligible_victims(pool_and_holds, request, p
 @given(st.integers(min_value=1, max_value=4 * 1024 * 1024))
 def test_the_memory_a_slice_shows_is_memory_it_has(mib: int) -> None:
     """Asking `--mem` for the figure a slice shows (GiB, one decimal) always fits that slice."""
-    from gpupoolctl.ledger.units import gib_text, parse_memory_mib
+    from gpupoolctl.hw.units import gib_text
+    from gpupoolctl.ledger.units import parse_memory_mib
 
     shown = gib_text(mib)
     assert shown == "0.0" or parse_memory_mib(f"{shown}GiB") <= mib
