@@ -28,6 +28,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from gpupoolctl.hw.pci import is_vfio
+
 _BDF = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 _VIRTFN = re.compile(r"virtfn(\d+)")
 
@@ -48,10 +50,6 @@ class VirtualFunction:
     @property
     def name(self) -> str:
         return f"VF {self.bdf} (virtfn{self.index})" if self.bdf else f"VF virtfn{self.index}"
-
-
-def is_vfio(driver: str) -> bool:
-    return driver == "vfio-pci" or driver.endswith("_vfio_pci")
 
 
 def _devices(root: str) -> str:

@@ -39,3 +39,10 @@ def bus_id(raw: str) -> str:
     if device > 0x1F:
         return text
     return f"{domain:04x}:{bus:02x}:{device:02x}.{function:x}"
+
+
+def is_vfio(driver: str) -> bool:
+    """Whether a PCI driver name is vfio-pci or a vendor variant of it ("*_vfio_pci"): a VF
+    bound to one is in use only while a user (a VM) has it open. The agent's SR-IOV checks
+    and the simulated sysfs both apply this rule."""
+    return driver == "vfio-pci" or driver.endswith("_vfio_pci")

@@ -58,7 +58,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from gpupoolctl.hw import amd_modes
-from gpupoolctl.sim.state import SimState
+from gpupoolctl.hw.pci import is_vfio
+from gpupoolctl.sim.statefile import StateFile
 
 __version__ = "26.0.2+gpupoolctl.sim"
 
@@ -342,12 +343,12 @@ amdsmi_wrapper = SimpleNamespace(
 
 # -- binding and plumbing ----------------------------------------------------------------------
 
-_state: SimState | None = None
+_state: StateFile | None = None
 _initialized = False
 _MIB = 1024 * 1024
 
 
-def bind(state: SimState | None) -> None:
+def bind(state: StateFile | None) -> None:
     """Back the fake with this node's state (gpupoolctl.sim.activate calls it)."""
     global _state, _initialized
     _state = state
@@ -1014,8 +1015,6 @@ def vf_bdf(pf_bdf: str, vf: int) -> str:
 
 def _pci_tree() -> tuple[dict[str, str], dict[str, str]]:
     """(files, links) of the simulated cards' PCI sysfs, relative to the root."""
-    from gpupoolctl.agent.sriov import is_vfio
-
     files: dict[str, str] = {}
     links: dict[str, str] = {}
     for gpu in _gpus():

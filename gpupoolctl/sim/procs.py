@@ -4,9 +4,10 @@ A job launched on a simulated node is a real local process; it also appears in t
 file as a process on its simulated GPU or MIG instance (NVIDIA) or logical GPU (AMD), so
 `inventory` counts it and `partition apply` refuses that GPU as busy, like a real one.
 Such entries carry "job": <job id> next to the vendor's usual process fields, and
-`prune_ended_jobs` (run by SimState.load) drops them once their pid has ended: the
-simulated driver, like the real one, stops listing a process that has exited. Entries
-without "job" (put there by tests with sim_add_process) are never pruned. Stdlib only.
+`prune_ended_jobs` (gpupoolctl.sim.statefile, run on every load) drops them once their pid
+has ended: the simulated driver, like the real one, stops listing a process that has
+exited. Entries without "job" (put there by tests with sim_add_process) are never pruned.
+Stdlib only.
 """
 
 from __future__ import annotations
@@ -68,21 +69,3 @@ def _nvidia_places(gpu: dict[str, Any], wanted: set[str]) -> list[tuple[int | No
             if str(ci.get("uuid", "")).lower() in wanted:
                 places.append((gi["id"], ci["id"]))
     return places
-
-
-def prune_ended_jobs(data: dict[str, Any]) -> None:
-    """Drop job processes whose pid has ended (in place)."""
-    for vendor in ("nvidia", "amd"):
-        section = data.get(vendor)
-        if not isinstance(section, dict):
-            continue
-        for gpu in section.get("gpus") or []:
-            procs = gpu.get("processes")
-            if procs and any("job" in p for p in procs):
-                gpu["processes"] = [p for p in procs if "job" not in p or _alive(p["pid"])]
-
-
-def _alive(pid: Any) -> bool:
-    from gpupoolctl.agent.jobs.paths import alive  # the agent's own liveness rule
-
-    return alive(pid) if isinstance(pid, int) else False

@@ -59,7 +59,7 @@ from ctypes import (
 from typing import Any, NoReturn, TypeVar
 
 from gpupoolctl.hw import catalog
-from gpupoolctl.sim.state import SimState
+from gpupoolctl.sim.statefile import StateFile
 
 # --- constants (values as in nvidia-ml-py 13.615.71) -------------------------------------------
 
@@ -480,7 +480,7 @@ def nvmlStructToFriendlyObject(struct: Structure) -> nvmlFriendlyObject:
 
 # --- binding, call accounting, handles ---------------------------------------------------------
 
-_state: SimState | None = None
+_state: StateFile | None = None
 _init_count = 0
 CALLS: Counter[str] = Counter()  # calls per API function, for tests that count NVML traffic
 
@@ -488,7 +488,7 @@ _KIND_DEVICE, _KIND_MIG, _KIND_GI, _KIND_CI = 1, 2, 3, 4
 _HANDLE_TAG = 0x5A << 56
 
 
-def bind(state: SimState | None) -> None:
+def bind(state: StateFile | None) -> None:
     """Attach the fake to a node's state (sim.activate calls this) and reset the library."""
     global _state, _init_count
     _state = state
@@ -831,7 +831,7 @@ def sim_destroy_compute_instance(gpu: dict[str, Any], gi_id: int, ci_id: int) ->
 
 
 def sim_add_process(
-    state: SimState,
+    state: StateFile,
     gpu: int,
     pid: int,
     used_memory_mib: int = 1024,
@@ -853,7 +853,7 @@ def sim_add_process(
 
 
 def sim_add_fault(
-    state: SimState,
+    state: StateFile,
     op: str,
     gpu: int | None = None,
     nth: int = 1,

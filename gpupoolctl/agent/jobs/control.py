@@ -10,6 +10,7 @@ from typing import Any
 
 from gpupoolctl.agent.jobs import paths
 from gpupoolctl.agent.protocol import AgentError
+from gpupoolctl.hw import proc
 
 STARTING_GRACE_S = 30.0  # a folder without pid.json younger than this is a launch in progress
 MAX_LOG_CHUNK = 1 << 20
@@ -54,8 +55,8 @@ def status(root: Path, job_id: str, fence: bool = False) -> dict[str, Any]:
         )
         return out
     if started:
-        wrapper = paths.alive(int(started.get("wrapper_pid") or 0), started.get("wrapper_start"))
-        job = paths.alive(int(started.get("pid") or 0), started.get("proc_start"))
+        wrapper = proc.alive(int(started.get("wrapper_pid") or 0), started.get("wrapper_start"))
+        job = proc.alive(int(started.get("pid") or 0), started.get("proc_start"))
         if wrapper or job:
             out["state"] = "running"
             if not wrapper:

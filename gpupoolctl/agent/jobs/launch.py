@@ -14,6 +14,7 @@ from typing import Any
 
 from gpupoolctl.agent.jobs import paths
 from gpupoolctl.agent.protocol import AgentError
+from gpupoolctl.hw.proc import proc_start
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _VISIBILITY = (
@@ -291,8 +292,8 @@ def _wrapper(argv: list[str], env: dict[str, str], workdir: str, folder: Path, r
                 "pid": process.pid,
                 "pgid": process.pid,
                 "wrapper_pid": os.getpid(),
-                "wrapper_start": paths.proc_start(os.getpid()),
-                "proc_start": paths.proc_start(process.pid),
+                "wrapper_start": proc_start(os.getpid()),
+                "proc_start": proc_start(process.pid),
                 "started": started,
             },
         )

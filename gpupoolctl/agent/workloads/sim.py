@@ -324,7 +324,7 @@ class Peers:
     def join(self) -> None:
         self.check()
         self.prune()
-        from gpupoolctl.agent.jobs.paths import proc_start
+        from gpupoolctl.hw.proc import proc_start
 
         tmp = self.folder / f".{self.pid}.tmp"
         with open(tmp, "w", encoding="ascii") as handle:
@@ -345,7 +345,7 @@ class Peers:
 
     def prune(self) -> int:
         """Remove the files of ended jobs (killed ones could not remove their own)."""
-        from gpupoolctl.agent.jobs.paths import alive
+        from gpupoolctl.hw.proc import alive
 
         removed = 0
         try:
