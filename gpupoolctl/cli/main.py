@@ -65,6 +65,12 @@ COMMANDS = (
         "Partition GPUs: MIG, AMD compute/memory partitions, SR-IOV (mig-parted v1 files).",
     ),
     LazyCommand(
+        "policy",
+        "gpupoolctl.cli.policy_cmd",
+        "The pool policy file: which cards the scheduling loop may re-cut (elastic), into "
+        "what, how often.",
+    ),
+    LazyCommand(
         "ledger",
         "gpupoolctl.cli.ledger_cmd",
         "The allocation ledger: history, checks, compaction, repair.",
@@ -135,7 +141,11 @@ def _given_text(value: str) -> str:
 
 
 # Click reads an environment variable that is set but empty as unset: say so instead.
-_PATH_VARIABLES = (("GPUPOOL_INVENTORY", "inventory"), ("GPUPOOL_LEDGER", "ledger"))
+_PATH_VARIABLES = (
+    ("GPUPOOL_INVENTORY", "inventory"),
+    ("GPUPOOL_LEDGER", "ledger"),
+    ("GPUPOOL_POLICY", "pool_policy"),
+)
 
 
 def _refuse_empty_variables(ctx: typer.Context) -> None:
@@ -206,6 +216,16 @@ def root(
             "--ledger", envvar="GPUPOOL_LEDGER", parser=_given_path, help="Allocation ledger file."
         ),
     ] = None,
+    pool_policy: Annotated[
+        Path | None,
+        typer.Option(
+            "--pool-policy",
+            envvar="GPUPOOL_POLICY",
+            parser=_given_path,
+            help="Pool policy file: what the scheduling loop may do (elastic re-cuts). "
+            "Default: ~/.config/gpupoolctl/pool.yaml if it exists, else a static pool.",
+        ),
+    ] = None,
     verbose: Annotated[int, typer.Option("-v", "--verbose", count=True, help="More detail.")] = 0,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Only results and errors.")] = False,
     accept_new_host_keys: Annotated[
@@ -258,6 +278,7 @@ def root(
         accept_new_host_keys=accept_new_host_keys,
         connect_timeout=connect_timeout,
         command_timeout=command_timeout,
+        pool_policy=pool_policy,
     )
 
 

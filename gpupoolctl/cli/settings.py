@@ -34,6 +34,7 @@ class Settings:
     accept_new_host_keys: bool
     connect_timeout: float
     command_timeout: float | None  # None: the command's own default
+    pool_policy: Path | None = None  # --pool-policy / GPUPOOL_POLICY; None: the default path
 
     @property
     def quiet(self) -> bool:

@@ -1,0 +1,30 @@
+"""The pool policy file: what the scheduling loop may do.
+
+    policy = resolve_policy(settings.pool_policy)   # PoolPolicy() without a file: static
+    rule = policy.elastic.rule_for(host, vendor, model, in_hosts)   # None: not elastic
+    parse_policy(text, "pool.yaml")   # SourceError "pool.yaml:12: ...; expected ..."
+
+Sections: `elastic:` (which cards may be re-cut, into what, how often). `teams:`,
+`windows:` and `health:` are reserved for later versions and refused for now. This package
+sits below sched/ and jobs/ (they read it). The values (policy.model) are stdlib only; the
+readers (policy.load) are imported on first use, so a scheduler that only holds a policy
+does not load the YAML reader and the catalogs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpupoolctl.policy.model import ElasticPolicy, ElasticRule, InHosts, PoolPolicy
+
+_LOADERS = ("default_policy_path", "load_policy", "parse_policy", "policy_path", "resolve_policy")
+
+__all__ = ["ElasticPolicy", "ElasticRule", "InHosts", "PoolPolicy", *_LOADERS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LOADERS:
+        from gpupoolctl.policy import load
+
+        return getattr(load, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
