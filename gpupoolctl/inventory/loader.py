@@ -12,20 +12,20 @@ Variable precedence for a host, lowest first (ansible-core's default VARIABLE_PR
   5. the host's own inventory vars (inline, and ansible_port from `host:port`)
   6. host_vars/<host>
 Merging is shallow: a key set at a higher level replaces the whole value.
+The merge itself is gpupoolctl.inventory.model.build_inventory (Inventory.from_hosts uses it
+too, so it sits below this module).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from gpupoolctl.errors import InventoryError
 from gpupoolctl.inventory.graph import GraphError, InventoryData
 from gpupoolctl.inventory.ini import parse_ini
-from gpupoolctl.inventory.model import Group, Host, Inventory
-from gpupoolctl.inventory.ranges import HostRangeError, expand_host_range, has_range, split_port
-from gpupoolctl.inventory.varsfiles import load_vars, read_bytes_bounded
+from gpupoolctl.inventory.model import Inventory, build_inventory
+from gpupoolctl.inventory.varsfiles import read_bytes_bounded
 from gpupoolctl.inventory.yamlinv import NotYamlInventory, parse_yaml
 
 YAML_SUFFIXES = ("", ".yml", ".yaml", ".json")
@@ -95,66 +95,4 @@ def _blame_line(data: InventoryData, message: str) -> int | None:
     return None
 
 
-def build_inventory(
-    source: Path, data: InventoryData, group_vars: Path, host_vars: Path
-) -> Inventory:
-    """Turn a reconciled graph into an Inventory, merging variables (precedence above)."""
-    depths = data.depths()
-    file_vars = {name: load_vars(group_vars, name) for name in data.groups}
-    groups: dict[str, Group] = {}
-    for name, node in data.groups.items():
-        groups[name] = Group(
-            name=name,
-            hosts=list(node.hosts),
-            children=list(node.children),
-            vars={**node.vars, **file_vars[name]},
-            parents=list(node.parents),
-            priority=node.priority,
-            depth=depths[name],
-        )
-    members = {name: data.hosts_under(name) for name in data.groups}
-    hosts: dict[str, Host] = {}
-    for name in members["all"]:
-        mine = data.host_groups(name) | {"all"}
-        ordered = sorted(
-            (g for g in mine if g != "all"),
-            key=lambda g: (depths[g], data.groups[g].priority, g),
-        )
-        merged: dict[str, Any] = dict(data.groups["all"].vars)
-        for g in ordered:
-            merged.update(data.groups[g].vars)
-        merged.update(file_vars["all"])
-        for g in ordered:
-            merged.update(file_vars[g])
-        merged.update(data.hosts[name].vars)
-        merged.update(load_vars(host_vars, name))
-        hosts[name] = Host(name=name, vars=merged, groups=sorted(mine))
-    return Inventory(
-        source=source,
-        hosts=hosts,
-        groups=groups,
-        members=members,
-        insertion=list(data.hosts),
-        warnings=list(data.warnings),
-    )
-
-
-def build_from_hosts(names: list[str], host_vars: dict[str, Any], source: Path) -> Inventory:
-    data = InventoryData()
-    for entry in names:
-        entry = entry.strip()
-        if not entry:
-            continue
-        name, port = split_port(entry)
-        try:
-            expanded = expand_host_range(name) if has_range(name) else [name]
-        except HostRangeError as exc:
-            raise InventoryError(str(source), None, f"{entry}: {exc}") from None
-        for host in expanded:
-            data.add_host(host, "ungrouped", port)
-            for key, value in host_vars.items():
-                data.set_host_var(host, key, value)
-    data.reconcile()
-    # No files beside an ad-hoc list: point the vars folders at nothing.
-    nowhere = Path(os.devnull) / "none"
-    return build_inventory(source, data, nowhere, nowhere)
+__all__ = ["build_inventory", "load_inventory"]

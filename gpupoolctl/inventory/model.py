@@ -1,13 +1,33 @@
-"""The loaded inventory: hosts with fully merged variables, groups, and Ansible's JSON view."""
+"""The loaded inventory: hosts with fully merged variables, groups, and Ansible's JSON view.
+
+Built from a reconciled graph here (build_inventory; the precedence is in
+gpupoolctl.inventory.loader's docstring); selection is gpupoolctl.inventory.patterns'.
+"""
 
 from __future__ import annotations
 
 import copy
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gpupoolctl.errors import InventoryError
+from gpupoolctl.inventory.graph import InventoryData
+from gpupoolctl.inventory.hosts import Group, Host, Selection
+from gpupoolctl.inventory.patterns import select
+from gpupoolctl.inventory.ranges import HostRangeError, expand_host_range, has_range, split_port
+from gpupoolctl.inventory.varsfiles import load_vars
+
+__all__ = [
+    "ANSIBLE_INTERNAL_VARS",
+    "Group",
+    "Host",
+    "Inventory",
+    "Selection",
+    "build_from_hosts",
+    "build_inventory",
+]
 
 # Names ansible-inventory never prints among host variables (ansible-core's INTERNAL_STATIC_VARS):
 # they are magic variables Ansible computes itself.
@@ -23,44 +43,6 @@ ANSIBLE_INTERNAL_VARS = frozenset(
         "play_hosts", "playbook_dir", "role_name", "role_names", "role_path", "role_uuid",
     }
 )  # fmt: skip
-
-
-@dataclass
-class Host:
-    name: str  # the inventory alias: what patterns match (never ansible_host)
-    vars: dict[str, Any] = field(default_factory=dict)  # fully merged, Ansible's precedence
-    groups: list[str] = field(default_factory=list)  # every group incl. 'all' and parents; sorted
-
-
-@dataclass
-class Group:
-    name: str
-    hosts: list[str] = field(default_factory=list)  # direct members, in inventory order
-    children: list[str] = field(default_factory=list)
-    vars: dict[str, Any] = field(default_factory=dict)  # inventory vars, then group_vars/ files
-    parents: list[str] = field(default_factory=list)
-    priority: int = 1  # ansible_group_priority
-    depth: int = 0  # longest path from 'all'; vars of deeper groups win
-
-
-class Selection(list[Host]):
-    """Hosts chosen by a --limit, in inventory order, plus what the CLI should warn about."""
-
-    def __init__(
-        self,
-        hosts: Iterable[Host] = (),
-        unmatched: Iterable[str] = (),
-        warnings: Iterable[str] = (),
-    ) -> None:
-        super().__init__(hosts)
-        # Pattern parts that matched no host or group (Ansible: "Could not match supplied host
-        # pattern, ignoring: ..."); node sets list each expanded name that is missing.
-        self.unmatched: list[str] = list(unmatched)
-        self.warnings: list[str] = list(warnings)
-
-    @property
-    def names(self) -> list[str]:
-        return [h.name for h in self]
 
 
 class Inventory:
@@ -94,8 +76,6 @@ class Inventory:
 
     def select(self, limit: str | None, cwd: Path | None = None) -> Selection:
         """Hosts matching an Ansible-style --limit (see gpupoolctl.inventory.patterns)."""
-        from gpupoolctl.inventory.patterns import select
-
         return select(self, limit, cwd)
 
     def to_ansible_list(self) -> dict[str, Any]:
@@ -138,6 +118,70 @@ class Inventory:
     ) -> Inventory:
         """An inventory of ungrouped hosts, like `ansible -i 'gpu[01:04],'`: ranges expand,
         `host:port` sets ansible_port, and `host_vars` applies to every host."""
-        from gpupoolctl.inventory.loader import build_from_hosts
-
         return build_from_hosts(list(names), dict(host_vars or {}), Path(source))
+
+
+def build_inventory(
+    source: Path, data: InventoryData, group_vars: Path, host_vars: Path
+) -> Inventory:
+    """Turn a reconciled graph into an Inventory, merging variables (the precedence is in
+    gpupoolctl.inventory.loader's docstring)."""
+    depths = data.depths()
+    file_vars = {name: load_vars(group_vars, name) for name in data.groups}
+    groups: dict[str, Group] = {}
+    for name, node in data.groups.items():
+        groups[name] = Group(
+            name=name,
+            hosts=list(node.hosts),
+            children=list(node.children),
+            vars={**node.vars, **file_vars[name]},
+            parents=list(node.parents),
+            priority=node.priority,
+            depth=depths[name],
+        )
+    members = {name: data.hosts_under(name) for name in data.groups}
+    hosts: dict[str, Host] = {}
+    for name in members["all"]:
+        mine = data.host_groups(name) | {"all"}
+        ordered = sorted(
+            (g for g in mine if g != "all"),
+            key=lambda g: (depths[g], data.groups[g].priority, g),
+        )
+        merged: dict[str, Any] = dict(data.groups["all"].vars)
+        for g in ordered:
+            merged.update(data.groups[g].vars)
+        merged.update(file_vars["all"])
+        for g in ordered:
+            merged.update(file_vars[g])
+        merged.update(data.hosts[name].vars)
+        merged.update(load_vars(host_vars, name))
+        hosts[name] = Host(name=name, vars=merged, groups=sorted(mine))
+    return Inventory(
+        source=source,
+        hosts=hosts,
+        groups=groups,
+        members=members,
+        insertion=list(data.hosts),
+        warnings=list(data.warnings),
+    )
+
+
+def build_from_hosts(names: list[str], host_vars: dict[str, Any], source: Path) -> Inventory:
+    data = InventoryData()
+    for entry in names:
+        entry = entry.strip()
+        if not entry:
+            continue
+        name, port = split_port(entry)
+        try:
+            expanded = expand_host_range(name) if has_range(name) else [name]
+        except HostRangeError as exc:
+            raise InventoryError(str(source), None, f"{entry}: {exc}") from None
+        for host in expanded:
+            data.add_host(host, "ungrouped", port)
+            for key, value in host_vars.items():
+                data.set_host_var(host, key, value)
+    data.reconcile()
+    # No files beside an ad-hoc list: point the vars folders at nothing.
+    nowhere = Path(os.devnull) / "none"
+    return build_inventory(source, data, nowhere, nowhere)

@@ -28,10 +28,9 @@ import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gpupoolctl.errors import InventoryError, UsageError
-from gpupoolctl.inventory.model import Selection
+from gpupoolctl.inventory.hosts import HostPool, Selection
 from gpupoolctl.inventory.nodeset import (
     NodeSetError,
     expand_nodeset,
@@ -39,9 +38,6 @@ from gpupoolctl.inventory.nodeset import (
     split_outside_brackets,
 )
 from gpupoolctl.inventory.ranges import HostRangeError, expand_host_range
-
-if TYPE_CHECKING:
-    from gpupoolctl.inventory.model import Inventory
 
 # Ansible's PATTERN_WITH_SUBSCRIPT: `[n]`, `[-n]`, `[a:b]`, `[a:]` (and the old `[a-b]`).
 _SUBSCRIPT = re.compile(r"^(.+)\[(?:(-?[0-9]+)|([0-9]+)([:-])([0-9]*))\]$")
@@ -127,7 +123,7 @@ def _read_limit_file(path: Path) -> list[Part]:
     return [_part(line.strip(), (str(path), n)) for n, line in enumerate(lines, 1) if line.strip()]
 
 
-def select(inventory: Inventory, limit: str | None, cwd: Path | None = None) -> Selection:
+def select(inventory: HostPool, limit: str | None, cwd: Path | None = None) -> Selection:
     if limit is None or not limit.strip():
         return Selection(inventory.hosts.values())
     parts = parse_limit(limit, cwd if cwd is not None else Path.cwd())
@@ -135,7 +131,7 @@ def select(inventory: Inventory, limit: str | None, cwd: Path | None = None) -> 
 
 
 class _Matcher:
-    def __init__(self, inventory: Inventory) -> None:
+    def __init__(self, inventory: HostPool) -> None:
         self.inv = inventory
         self.unmatched: list[str] = []
         self.warnings: list[str] = []
