@@ -81,7 +81,7 @@ def _render(settings: Settings, data: dict[str, Any], head: str) -> None:
     typer.echo(head)
     for line in _summary(elastic):
         typer.echo(line)
-    if rows and elastic["enabled"]:
+    if rows:
         table(settings, rows, COLUMNS)
 
 
@@ -89,7 +89,8 @@ def _summary(elastic: dict[str, Any]) -> list[str]:
     from gpupoolctl.policy.values import duration_text
 
     if not elastic["enabled"]:
-        return ["elastic: off (no card is re-cut: the pool is static)"]
+        off = ["elastic: off (no card is re-cut: the pool is static)"]
+        return off + (["rules, not used while elastic is off:"] if elastic["rules"] else [])
     lines = [
         f"elastic: on; a card idle {duration_text(elastic['min_idle_s'])} may be re-cut, at "
         f"most {elastic['max_cards_per_pass']} per pass, after work waited "
