@@ -88,10 +88,18 @@ def _open(settings: Settings) -> Jobs:
     from gpupoolctl.cli.ledger_cmd import open_ledger
     from gpupoolctl.jobs import Jobs, Nodes
     from gpupoolctl.ledger import current_user
+    from gpupoolctl.policy import resolve_policy
 
     chosen = pool.job_hosts(settings)
     nodes = Nodes(chosen.everyone, lambda requests: pool.fan_out_each(settings, requests))
-    return Jobs(open_ledger(settings), nodes, owner=current_user(), hosts=chosen.placeable)
+    return Jobs(
+        open_ledger(settings),
+        nodes,
+        owner=current_user(),
+        hosts=chosen.placeable,
+        policy=resolve_policy(settings.pool_policy),
+        in_hosts=chosen.in_hosts(),
+    )
 
 
 def _finish(settings: Settings, jobs: Jobs) -> None:
@@ -388,10 +396,26 @@ def _render_plan(settings: Settings, result: Any) -> None:
             "waste_mib": result.waste_mib,
             "why": result.why,
         }
+    elif hasattr(result, "card"):  # an elastic re-cut would be made for it (sched.Recut)
+        data = {
+            "dry_run": True,
+            "fits": False,
+            "never": False,
+            "reason": f"would {result.describe()} and take one",
+            "recut": {
+                "gpu": result.card.key,
+                "before": result.before,
+                "after": result.after,
+                "idle_s": result.idle_s,
+                "why": result.reason,
+            },
+        }
     else:
         data = {"dry_run": True, "fits": False, "never": result.never, "reason": result.reason}
     if settings.resolved_output() is OutputFormat.table:
-        if data["fits"]:
+        if data.get("recut"):
+            print(data["reason"])
+        elif data["fits"]:
             print(f"would run on {', '.join(data['hosts'])}: {', '.join(data['slices'])}")
             why = data["why"]
             for line in why if isinstance(why, list) else [why]:
@@ -528,21 +552,107 @@ def jobs_list(
     _finish(settings, jobs)
 
 
-def schedule(ctx: typer.Context) -> None:
-    """One pass over the queue: settle, reap, then start what fits (preempting when a
-    higher priority may). Cron-friendly; submit and jobs run it too."""
+def schedule(
+    ctx: typer.Context,
+    watch: Annotated[
+        str | None,
+        typer.Option(
+            "--watch",
+            metavar="INTERVAL",
+            help="Run the pass again every INTERVAL (15s, 1m, ...) until Ctrl-C (exit 130): "
+            "for systemd or tmux. -o json prints one JSON document per pass, one per line.",
+        ),
+    ] = None,
+    passes: Annotated[
+        int | None,
+        typer.Option("--passes", min=1, help="With --watch: stop after this many passes."),
+    ] = None,
+) -> None:
+    """One pass of the scheduling loop: settle, reap, start what fits (preempting when a
+    higher priority may), re-cut idle cards for waiting work (elastic).
+
+    Re-cuts happen only with a pool policy whose elastic section allows them (--pool-policy,
+    GPUPOOL_POLICY or ~/.config/gpupoolctl/pool.yaml; see `gpupoolctl policy check`).
+    Cron-friendly; submit and jobs run the same pass."""
+    settings: Settings = ctx.obj
+    if watch is None:
+        if passes is not None:
+            raise UsageError("--passes needs --watch")
+        jobs = _open(settings)
+        _one_pass(settings, jobs, watching=False)
+        _finish(settings, jobs)
+        return
+    interval = _interval(watch)
+    jobs = _open(settings)
+    done = 0
+    try:
+        while True:
+            started = time.monotonic()
+            _one_pass(settings, jobs, watching=True)
+            for message in jobs.warnings:
+                warn(message)
+            jobs.warnings.clear()
+            done += 1
+            if passes is not None and done >= passes:
+                break
+            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        notice(f"stopped after {done} pass(es)", quiet=settings.quiet)
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    if jobs.hosts_failed:
+        raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+def _interval(text: str) -> float:
+    from gpupoolctl.policy.values import duration_s
+
+    seconds = duration_s(text, "--watch", most_s=86400.0)
+    if seconds < 0.05:
+        raise UsageError(f"--watch: {text!r} is too short; give at least 0.05s")
+    return seconds
+
+
+SCHEDULE_COLUMNS = (Column("event", "EVENT"), Column("job", "JOB"), Column("detail", "DETAIL"))
+
+
+def _event_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for event in events:
+        detail = event.get("reason") or event.get("error")
+        if event.get("event") in ("reshaped", "reshape-failed"):
+            detail = f"{event['gpu']}: {event['before']} -> {event['after']}" + (
+                f": {event['error']}" if event.get("error") else ""
+            )
+            event = {**event, "job": ",".join(event.get("jobs") or [])}
+        rows.append({**event, "victims": event.get("victims"), "detail": detail})
+    return rows
+
+
+def _one_pass(settings: Settings, jobs: Jobs, *, watching: bool) -> None:
     from gpupoolctl.jobs.control import refresh
 
-    settings: Settings = ctx.obj
-    jobs = _open(settings)
     outcome = refresh(jobs)
-    rows = [
-        {**e, "victims": e.get("victims"), "detail": e.get("reason") or e.get("error")}
-        for e in outcome.events
-    ]
-    columns = (Column("event", "EVENT"), Column("job", "JOB"), Column("detail", "DETAIL"))
-    emit(settings, data=outcome.events, rows=rows, columns=columns)
-    _finish(settings, jobs)
+    if not watching:
+        emit(
+            settings,
+            data=outcome.events,
+            rows=_event_rows(outcome.events),
+            columns=SCHEDULE_COLUMNS,
+        )
+        return
+    import json
+
+    from gpupoolctl.ledger.units import format_ts, utc_now
+
+    stamp = format_ts(utc_now())
+    if settings.resolved_output() is OutputFormat.json:
+        print(json.dumps({"at": stamp, "events": outcome.events}), flush=True)
+        return
+    for row in _event_rows(outcome.events):
+        if row.get("event") == "waiting" and settings.verbosity <= 0:
+            continue  # the same every pass: shown with -v
+        print(f"{stamp}  {row['event']:<15} {row.get('job') or '':<10} {row.get('detail') or ''}")
+    sys.stdout.flush()
 
 
 # -- logs / cancel --------------------------------------------------------------------------

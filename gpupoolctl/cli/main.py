@@ -51,8 +51,8 @@ COMMANDS = (
     LazyCommand(
         "schedule",
         "gpupoolctl.cli.jobs_cmd",
-        "One pass over the queue: settle, reap, then start what fits (preempting when a higher "
-        "priority may).",
+        "One pass of the scheduling loop: settle, reap, start what fits (preempting when a "
+        "higher priority may), re-cut idle cards for waiting work (elastic).",
     ),
     LazyCommand(
         "inventory",

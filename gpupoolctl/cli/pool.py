@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,6 +73,21 @@ class JobHosts:
 
     everyone: list[Target]
     placeable: set[str] | None
+    inventory: Inventory | None = None
+
+    def in_hosts(self) -> Callable[[str, str], bool]:
+        """(pattern, host) -> whether the inventory's --limit pattern selects the host: how
+        a pool policy rule's `hosts:` (groups, ranges, globs) is read."""
+        inventory = self.inventory
+        chosen: dict[str, set[str]] = {}
+
+        def test(pattern: str, host: str) -> bool:
+            if pattern not in chosen:
+                hosts = inventory.select(pattern) if inventory is not None else []
+                chosen[pattern] = {h.name for h in hosts}
+            return host in chosen[pattern]
+
+        return test
 
 
 def job_hosts(settings: Settings) -> JobHosts:
@@ -82,7 +98,7 @@ def job_hosts(settings: Settings) -> JobHosts:
         placeable = {h.name for h in inventory.select(settings.limit, cwd=Path(os.getcwd()))}
         if not placeable:
             raise NotFound(f"no hosts matched --limit {settings.limit!r}")
-    return JobHosts(everyone, placeable)
+    return JobHosts(everyone, placeable, inventory)
 
 
 def local_state_folders(requests: list[tuple[Target, dict[str, Any]]]) -> set[Path]:

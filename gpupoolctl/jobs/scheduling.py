@@ -1,133 +1,170 @@
-"""One pass over the queue: place what fits (in the scheduler's order), preempt when allowed.
+"""The scheduling loop's pass, executed against the ledger and the nodes.
 
-Each entry is decided in its own transaction (dequeue + alloc + job pending), then launched
-outside the lock. An entry that does not fit may preempt preemptible, lower-priority
-running jobs (sched.choose_preemption): they are chosen and marked in that same
-transaction, then sent SIGTERM, given their grace period, SIGKILLed if still there, and
-reaped (released, and requeued when they asked); then the entry is placed again. Later
-entries may backfill around one that does not fit, except once an entry has aged to the
-cap (sched.queue).
+The decision is sched.schedule_pass, the one scheduler (the benchmarks replay the same
+function): in queue order it places what fits, may choose preemptible lower-priority
+victims for an entry that does not, and with an elastic policy chooses idle cards to re-cut
+for the work that waits. Each round runs it inside one ledger transaction, which records
+what it decided (dequeue + alloc + job pending for each placement, refusals, victims'
+preempt marks, `reshape` reservations); then, outside the lock, placed jobs are launched,
+victims are sent SIGTERM, given their grace period, SIGKILLed if still there, and reaped
+(released, and requeued when they asked), and reserved cards are re-cut (jobs.reshape).
+After a preemption or a re-cut the next round places onto what was freed or made.
 
-Two passes may run at once (two cron runs, `submit` next to `schedule`). Choosing and
-marking victims in one transaction, after checking there that no victim marked for this
-entry is still running, makes the second pass wait for the first one's victims instead of
-stopping a second set for the same entry.
+Two passes may run at once (two cron runs, `submit` next to `schedule`). Every decision is
+made on the state inside the transaction that records it: victims are chosen and marked
+in one step, after checking that no victim marked for the same entry is still running; a
+card is reserved only if no other reshape holds it and its slices are still free. So the
+second pass waits for the first one's victims and leaves its cards alone.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from gpupoolctl.jobs import hooks
+from gpupoolctl.jobs import hooks, reshape
 from gpupoolctl.jobs.errors import JobError
 from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.jobs.service import KILL_WAIT_S, Jobs, Outcome
 from gpupoolctl.ledger import State, Transaction
 from gpupoolctl.ledger.units import parse_ts
-from gpupoolctl.sched import (
-    AGING_CAP,
-    NoFit,
-    Placement,
-    QueueEntry,
-    choose_preemption,
-    effective_priority,
-    order_queue,
-)
+from gpupoolctl.sched import PassResult, QueueEntry, schedule_pass
+
+MAX_ROUNDS = 50  # bounded: a round places, preempts or re-cuts; the next sees the result
+
+
+@dataclass
+class _Round:
+    placed: list[dict[str, Any]] = field(default_factory=list)  # jobs recorded pending
+    events: list[dict[str, Any]] = field(default_factory=list)  # refused
+    waiting: list[dict[str, Any]] = field(default_factory=list)
+    victims: list[dict[str, Any]] = field(default_factory=list)
+    victims_for: QueueEntry | None = None
+    reshapes: list[reshape.Reserved] = field(default_factory=list)
 
 
 def schedule(jobs: Jobs) -> Outcome:
     from gpupoolctl.jobs import reaping
 
     outcome = Outcome()
-    done_with: set[str] = set()  # entries decided (or given up on) in this pass
-    preempted_for: set[str] = set()
-    # Slices kept back for entries that have aged to the cap and still do not fit: smaller
-    # jobs may take other slices, never these (the rule of sched.schedule_pass).
-    reserved: set[str] = set()
-    for _ in range(1000):  # bounded: every round decides one entry or frees slices
-        view = jobs.read()
-        now = parse_ts(view.now)
-        entries = [QueueEntry.from_record(r) for r in view.state.queue.values()]
-        ordered = [e for e in order_queue(entries, now) if e.id not in done_with]
-        if not ordered:
-            break
-        entry = ordered[0]
-        done_with.add(entry.id)
-        may_preempt = entry.id not in preempted_for
-        decided = jobs.ledger.write(
-            lambda tx, e=entry, p=may_preempt: _decide(jobs, tx, e, reserved, preempt=p)
-        )
+    preempted_for: set[str] = set()  # entries this call has stopped victims for already
+    waiting: list[dict[str, Any]] = []
+    for _ in range(MAX_ROUNDS):
+        decided = jobs.ledger.write(lambda tx: _decide(jobs, tx, frozenset(preempted_for)))
         jobs.warnings.extend(decided.warnings)
-        kind, detail = decided.value
-        if kind == "placed":
+        found: _Round = decided.value
+        outcome.events.extend(found.events)
+        waiting = found.waiting
+        for job in found.placed:
             hooks.crash_point("placed")
-            job = jobs.launch(detail)
+            launched = jobs.launch(job)
             outcome.events.append(
                 {
-                    "event": "started" if job.get("state") == "running" else "launch-failed",
-                    "job": detail["id"],
-                    "hosts": [n["host"] for n in detail["nodes"]],
-                    "error": job.get("error"),
+                    "event": "started" if launched.get("state") == "running" else "launch-failed",
+                    "job": job["id"],
+                    "hosts": [n["host"] for n in job["nodes"]],
+                    "error": launched.get("error"),
                 }
             )
-        elif kind == "never":
-            outcome.events.append({"event": "refused", "job": entry.job, "reason": detail})
-        elif kind == "preempting":
-            preempted_for.add(entry.id)
-            stop(jobs, detail)
-            victims = [v["id"] for v in detail]
-            outcome.events.append({"event": "preempted", "job": entry.job, "victims": victims})
+        if found.victims_for is not None:
+            preempted_for.add(found.victims_for.id)
+            stop(jobs, found.victims)
+            victims = [v["id"] for v in found.victims]
+            outcome.events.append(
+                {"event": "preempted", "job": found.victims_for.job, "victims": victims}
+            )
             reaping.reap(jobs)
-            done_with.discard(entry.id)  # try it again on the freed slices
-        elif kind == "waiting":
-            outcome.events.append({"event": "waiting", "job": entry.job, "reason": detail})
-            if effective_priority(entry, now) >= AGING_CAP:
-                pool = jobs.pool(view.state, view.now)
-                reserved.update(slot.id for slot in pool.free_candidates(entry.request))
+            continue
+        if found.reshapes:
+            outcome.events.extend(reshape.execute(jobs, found.reshapes))
+            continue  # place the work the new slices were made for
+        if not found.placed:
+            break
+    outcome.events.extend(waiting)
     return outcome
 
 
-def _decide(
-    jobs: Jobs, tx: Transaction, entry: QueueEntry, reserved: set[str], *, preempt: bool
-) -> tuple[str, Any]:
-    """Place the entry, or refuse it, or (when `preempt`) choose and mark victims for it:
-    all against the ledger as it is inside this transaction."""
-    queued = tx.state.queue.get(entry.id)
-    job = tx.state.jobs.get(str(entry.job)) if entry.job else None
-    if queued is None:
-        return "gone", None
-    if job is None or job.get("state") != "queued":
-        tx.append("dequeue", {"id": entry.id, "reason": "its job is no longer queued"})
-        return "gone", None
-    policy = str(job.get("policy") or "best-fit")
-    result = jobs.place(tx.state, entry.request, tx.now, policy, reserved)
-    if isinstance(result, Placement):
+def _decide(jobs: Jobs, tx: Transaction, preempted_for: frozenset[str]) -> _Round:
+    """One pass of the scheduler (sched.schedule_pass) on the ledger as it is inside this
+    transaction, and its records: placements (dequeue, alloc, job pending), refusals,
+    preemption marks, re-cut reservations. Side effects on nodes come after, outside."""
+    state = tx.state
+    found = _Round()
+    entries = []
+    for record in list(state.queue.values()):
+        job = state.jobs.get(str(record.get("job"))) if record.get("job") else None
+        if job is None or job.get("state") != "queued":
+            tx.append("dequeue", {"id": record["id"], "reason": "its job is no longer queued"})
+            continue
+        entries.append(QueueEntry.from_record(record, str(job.get("policy") or "best-fit")))
+    if not entries:
+        return found
+    now = parse_ts(tx.now)
+    stopping = {e.id for e in entries if e.job and preempting_for(state, e.job)}
+    no_preempt = set(preempted_for) | stopping
+    elastic = jobs.elastic_inputs(state, tx.now)
+    for _ in range(len(entries) + 1):  # bounded: each retry rules one more entry out
+        result = schedule_pass(
+            entries,
+            jobs.pool(state, tx.now),
+            now,
+            preempt=True,
+            no_preempt=frozenset(no_preempt),
+            elastic=elastic,
+        )
+        if result.preempt is None:
+            break
+        entry, chosen = result.preempt
+        marked = _mark_victims(tx, chosen, str(entry.job))
+        if marked:
+            _record(jobs, tx, found, result)
+            found.victims, found.victims_for = marked, entry
+            return found
+        no_preempt.add(entry.id)  # its victims cannot be stopped cleanly now: it waits
+    _record(jobs, tx, found, result)
+    recut_for = {job: r for r in result.recuts for job in r.jobs}
+    for entry, nofit in result.waiting:
+        reason = nofit.reason
+        if entry.id in stopping:
+            reason = f"{reason}; the jobs preempted for it are still stopping"
+        recut = recut_for.get(entry.job or entry.id)
+        if recut is not None:
+            reason = f"waits for a re-cut: {recut.describe()}"
+        found.waiting.append({"event": "waiting", "job": entry.job, "reason": reason})
+    for recut in result.recuts:
+        reserved = reshape.reserve(tx, recut)
+        if reserved is not None:
+            found.reshapes.append(reserved)
+    return found
+
+
+def _record(jobs: Jobs, tx: Transaction, found: _Round, result: PassResult) -> None:
+    """Placements and refusals of a pass, in the pass's order."""
+    for entry, placement in result.placed:
+        job = tx.state.jobs[str(entry.job)]
         tx.append("dequeue", {"id": entry.id, "reason": "placed"})
         try:
-            return "placed", jobs.record_placed(tx, job, result)
+            found.placed.append(jobs.record_placed(tx, job, placement))
         except JobError as exc:  # e.g. two vendors on one host: it would block the queue
             tx.append("job", {"id": job["id"], "state": "failed", "error": str(exc)})
-            return "never", str(exc)
-    assert isinstance(result, NoFit)
-    # A pass limited to some hosts (-l) must not fail a job that other hosts could hold.
-    limited = result.never and jobs.hosts is not None
-    if limited and not jobs.fits_nowhere(tx.state, entry.request, tx.now, policy):
-        return "waiting", f"{result.reason} (this pass sees only the hosts given by -l)"
-    if result.never:
+            found.events.append({"event": "refused", "job": entry.job, "reason": str(exc)})
+    for entry, nofit in result.never:
+        job = tx.state.jobs[str(entry.job)]
+        policy = entry.policy or "best-fit"
+        # A pass limited to some hosts (-l) must not fail a job that other hosts could hold.
+        if jobs.hosts is not None and not jobs.fits_nowhere(
+            tx.state, entry.request, tx.now, policy
+        ):
+            reason = f"{nofit.reason} (this pass sees only the hosts given by -l)"
+            found.waiting.append({"event": "waiting", "job": entry.job, "reason": reason})
+            continue
         tx.append("dequeue", {"id": entry.id, "reason": "can never fit"})
         tx.append(
             "job",
-            {"id": job["id"], "state": "failed", "error": f"can never fit: {result.reason}"},
+            {"id": job["id"], "state": "failed", "error": f"can never fit: {nofit.reason}"},
         )
-        return "never", result.reason
-    if preempt:
-        if preempting_for(tx.state, job["id"]):
-            return "waiting", f"{result.reason}; the jobs preempted for it are still stopping"
-        marked = _mark_victims(jobs, tx, entry, job["id"])
-        if marked:
-            return "preempting", marked
-    return "waiting", result.reason
+        found.events.append({"event": "refused", "job": entry.job, "reason": nofit.reason})
 
 
 def preempting_for(state: State, job_id: str) -> list[str]:
@@ -140,14 +177,9 @@ def preempting_for(state: State, job_id: str) -> list[str]:
     ]
 
 
-def _mark_victims(
-    jobs: Jobs, tx: Transaction, entry: QueueEntry, by: str
-) -> list[dict[str, Any]] | None:
-    """Choose the victims on the transaction's state and mark them, in one step: another
-    pass's transaction then sees the marks. Returns the marked jobs, or None."""
-    chosen = choose_preemption(entry.request, jobs.pool(tx.state, tx.now), tx.moment)
-    if not chosen:
-        return None
+def _mark_victims(tx: Transaction, chosen: list[str], by: str) -> list[dict[str, Any]] | None:
+    """Mark the chosen victims on the transaction's state, in one step: another pass's
+    transaction then sees the marks. Returns the marked jobs, or None."""
     running = {k: j for k, j in tx.state.jobs.items() if j.get("state") == "running"}
     # A victim that is not a running job of ours cannot be stopped cleanly; one already being
     # stopped (cancelled, or preempted for another job) frees nothing this job can count on.

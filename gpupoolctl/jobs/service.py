@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.jobs import hooks, rendezvous
 from gpupoolctl.jobs.errors import JobError, NeverFits
@@ -24,6 +24,10 @@ from gpupoolctl.ledger import Ledger, State, Transaction, View
 from gpupoolctl.ledger.units import parse_ts
 from gpupoolctl.sched import JobRequest, NoFit, Placement, PoolView, place
 from gpupoolctl.sched.names import check_names
+
+if TYPE_CHECKING:
+    from gpupoolctl.policy import PoolPolicy
+    from gpupoolctl.sched.elastic import ElasticInputs, InHosts, Recut
 
 # Agent errors that prove a launch did not happen (anything else: ask the node).
 _NOT_LAUNCHED = {"BadRequest", "BadDevices", "BadWorkdir", "LaunchFailed", "SimError"}
@@ -61,12 +65,16 @@ class Jobs:
         owner: str,
         hosts: set[str] | None = None,
         clock: Any = time.time,
+        policy: PoolPolicy | None = None,
+        in_hosts: InHosts | None = None,
     ) -> None:
         self.ledger = ledger
         self.nodes = nodes
         self.owner = owner
         self.hosts = hosts  # placement only on these (--limit); None: every host
         self.clock = clock
+        self.policy = policy  # the pool policy file; None: a static pool
+        self.in_hosts = in_hosts  # resolves a policy rule's host pattern (the inventory's)
         self.warnings: list[str] = []
         self.hosts_failed = False
         self._unrecorded: list[dict[str, Any]] = []  # slices read for a dry run only
@@ -87,6 +95,30 @@ class Jobs:
             kept = {k: v for k, v in state.slices.items() if v.get("host") in self.hosts}
             state = dataclasses.replace(state, slices=kept)
         return PoolView.from_state(state, now)
+
+    def elastic_inputs(self, state: State, now: str) -> ElasticInputs | None:
+        """What elastic decisions need from the ledger, or None when the policy has none."""
+        if self.policy is None or not self.policy.elastic.enabled:
+            return None
+        from gpupoolctl.sched.cards import cards_of
+        from gpupoolctl.sched.elastic import ElasticInputs, glob_hosts
+
+        elastic = self.policy.elastic
+        slices = state.slices.values()
+        if self.hosts is not None:
+            slices = [s for s in slices if s.get("host") in self.hosts]
+        moment = parse_ts(now)
+        blocked = {str(r["gpu"]): f"being re-cut ({r['id']})" for r in state.reshapes.values()}
+        for card, ts in state.card_failed.items():
+            if (moment - parse_ts(ts)).total_seconds() < elastic.backoff_s:
+                blocked.setdefault(card, f"its re-cut failed at {ts}")
+        return ElasticInputs(
+            policy=elastic,
+            cards=cards_of(slices),
+            in_hosts=self.in_hosts or glob_hosts,
+            changed={card: parse_ts(ts) for card, ts in state.card_changed.items()},
+            blocked=blocked,
+        )
 
     def read(self) -> View:
         """The ledger's current view; its warnings (damage, a torn tail) reach the CLI."""
@@ -116,6 +148,13 @@ class Jobs:
             if pool.holder(slice_id) is None:
                 pool.take(slice_id)
         return place(request, pool, policy)
+
+    def recut_could_serve(self, state: State, request: JobRequest, now: str) -> bool:
+        """Whether an elastic re-cut of some card could hold the request (then it waits)."""
+        from gpupoolctl.sched.elastic import could_ever_serve
+
+        inputs = self.elastic_inputs(state, now)
+        return inputs is not None and could_ever_serve(request, inputs)
 
     def ensure_slices(self, *, record: bool = True) -> None:
         """Slices of the chosen hosts from their facts, when the ledger knows none yet
@@ -241,7 +280,7 @@ class Jobs:
 
     # -- submit ------------------------------------------------------------------------------
 
-    def plan(self, spec: JobSpec) -> Placement | NoFit:
+    def plan(self, spec: JobSpec) -> Placement | NoFit | Recut:
         """Where it would go now, and why; writes nothing."""
         spec.validate()
         view = self.read()
@@ -249,10 +288,48 @@ class Jobs:
         if self._unrecorded:
             extra = {s["id"]: s for s in self._unrecorded}
             state = dataclasses.replace(state, slices={**state.slices, **extra})
+        inputs = self.elastic_inputs(state, view.now)
+        if inputs is not None:
+            return self._plan_elastic(state, spec, view.now, inputs)
         result = self.place(state, spec.request, view.now, spec.policy)
         if isinstance(result, NoFit) and result.never:
             check_names(spec.request, state.slices.values())
         return result
+
+    def _plan_elastic(
+        self, state: State, spec: JobSpec, now: str, inputs: ElasticInputs
+    ) -> Placement | NoFit | Recut:
+        """The scheduling pass as it would run with this job queued behind today's queue
+        (once it has waited the batch window): where it lands, or the re-cut made for it."""
+        from datetime import timedelta
+
+        from gpupoolctl.sched import QueueEntry, queue_entries, schedule_pass
+
+        moment = parse_ts(now)
+        mine = QueueEntry(
+            id="(this job)",
+            priority=spec.request.priority,
+            seq=state.seq + 1,
+            enqueued=moment - timedelta(seconds=inputs.policy.batch_window_s),
+            request=spec.request,
+            job="(this job)",
+            policy=spec.policy,
+        )
+        result = schedule_pass(
+            [*queue_entries(state), mine], self.pool(state, now), moment, elastic=inputs
+        )
+        for entry, placement in result.placed:
+            if entry is mine:
+                return placement
+        for recut in result.recuts:
+            if mine.job in recut.jobs:
+                return recut
+        for entry, nofit in (*result.waiting, *result.never):
+            if entry is mine:
+                if nofit.never:
+                    check_names(spec.request, state.slices.values())
+                return nofit
+        return NoFit("it would wait behind the queue", never=False)
 
     def submit(self, spec: JobSpec) -> Outcome:
         """Queue the job, then run a schedule pass: it starts now if it fits (or if
@@ -265,7 +342,11 @@ class Jobs:
 
         def build(tx: Transaction) -> str:
             result = self.place(tx.state, spec.request, tx.now, spec.policy)
-            if isinstance(result, NoFit) and result.never:
+            if (
+                isinstance(result, NoFit)
+                and result.never
+                and not self.recut_could_serve(tx.state, spec.request, tx.now)
+            ):
                 check_names(spec.request, tx.state.slices.values())
                 raise NeverFits(f"the pool can never satisfy this request: {result.reason}")
             job_id = f"j-{tx.next_seq}"

@@ -11,7 +11,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-OPS = ("slices", "alloc", "release", "expire", "enqueue", "dequeue", "job", "repair")
+OPS = (
+    "slices",
+    "alloc",
+    "release",
+    "expire",
+    "enqueue",
+    "dequeue",
+    "job",
+    "repair",
+    "reshape",
+)
+# A reshape (an elastic re-cut of one card) is `reserved` before the card is touched (no
+# placement may use its slices meanwhile), then `done` or `failed`.
+RESHAPE_STATES = ("reserved", "done", "failed")
 # queued: waits in the queue; pending: placed and holding its slices, being launched;
 # running: launched (pid recorded); done / failed / cancelled: over, its slices released.
 JOB_STATES = ("queued", "pending", "running", "done", "failed", "cancelled")
@@ -51,6 +64,15 @@ class State:
     # Jobs that ended since the snapshot, as their last record left them (for `jobs --all`,
     # `logs` and `--wait`); like `closed`, not part of the snapshot nor of equality.
     finished: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Elastic re-cuts in flight, by reshape id (their `reserved` record's data).
+    reshapes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Card (GPU key "host/gpuN") -> when it last changed: a hold began or ended on it, its
+    # slices changed, it was re-cut. How long a card has been idle is measured from this.
+    card_changed: dict[str, str] = field(default_factory=dict)
+    # Card -> when its last re-cut failed (elastic leaves it alone for a back-off period).
+    card_failed: dict[str, str] = field(default_factory=dict)
+    # Re-cuts ended, by outcome ("done", "failed"): what `export prometheus` counts.
+    reshape_totals: dict[str, int] = field(default_factory=dict)
 
     # -- replay ---------------------------------------------------------------------------
 
@@ -76,9 +98,22 @@ class State:
         data = record["data"]
         hosts = set(data["hosts"])
         kept = {k: v for k, v in self.slices.items() if v["host"] not in hosts}
+        before = _cards_of(v for v in self.slices.values() if v["host"] in hosts)
         for entry in data["slices"]:
             kept[entry["id"]] = dict(entry)
+        after = _cards_of(v for k, v in kept.items() if v["host"] in hosts)
+        # A card seen for the first time has not changed: how long it has been idle is unknown
+        # (long ago, for elastic re-cuts), not "just now".
+        for card in before:
+            if before[card] != after.get(card):
+                self.card_changed[card] = record["ts"]
         self.slices = kept
+
+    def _touch(self, slice_ids: list[str], ts: str) -> None:
+        for slice_id in slice_ids:
+            card = card_key(self.slices.get(slice_id))
+            if card is not None:
+                self.card_changed[card] = ts
 
     def _alloc(self, record: dict[str, Any]) -> None:
         data = record["data"]
@@ -108,23 +143,26 @@ class State:
             actor=record["actor"],
             request=dict(data.get("request") or {}),
         )
+        self._touch(slices, record["ts"])
 
-    def _close(self, seq: int, alloc_id: str, how: str) -> None:
+    def _close(self, seq: int, alloc_id: str, how: str, ts: str = "") -> None:
         alloc = self.allocations.pop(alloc_id, None)
         if alloc is None:
             self._problem(seq, f"{how} of {alloc_id}, which is not held", alloc_id)
             return
+        if ts:
+            self._touch(alloc.slices, ts)
         for slice_id in alloc.slices:
             if self.holders.get(slice_id) == alloc_id:
                 del self.holders[slice_id]
         self.closed[alloc_id] = how
 
     def _release(self, record: dict[str, Any]) -> None:
-        self._close(record["seq"], str(record["data"]["id"]), "release")
+        self._close(record["seq"], str(record["data"]["id"]), "release", record["ts"])
 
     def _expire(self, record: dict[str, Any]) -> None:
         for alloc_id in record["data"]["ids"]:
-            self._close(record["seq"], str(alloc_id), "expiry")
+            self._close(record["seq"], str(alloc_id), "expiry", record["ts"])
 
     def _enqueue(self, record: dict[str, Any]) -> None:
         data = record["data"]
@@ -163,6 +201,28 @@ class State:
         else:
             self.jobs[job_id] = job
             self.finished.pop(job_id, None)  # requeued after it ended
+
+    def _reshape(self, record: dict[str, Any]) -> None:
+        data = record["data"]
+        reshape_id, card, status = str(data["id"]), str(data["gpu"]), str(data["state"])
+        if status not in RESHAPE_STATES:
+            self._problem(record["seq"], f"reshape {reshape_id}: unknown state {status!r}")
+            return
+        if status == "reserved":
+            busy = [r for r in self.reshapes.values() if r["gpu"] == card]
+            if busy:
+                self._problem(
+                    record["seq"],
+                    f"{reshape_id} reserves {card}, already reserved by {busy[0]['id']}",
+                )
+            self.reshapes[reshape_id] = {**data, "ts": record["ts"]}
+            return
+        if self.reshapes.pop(reshape_id, None) is None:
+            self._problem(record["seq"], f"reshape {reshape_id} {status}, which was not reserved")
+        self.card_changed[card] = record["ts"]
+        if status == "failed":
+            self.card_failed[card] = record["ts"]
+        self.reshape_totals[status] = self.reshape_totals.get(status, 0) + 1
 
     def _repair(self, record: dict[str, Any]) -> None:
         """A repair declares the seqs lost to damage. Closing an allocation whose record was
@@ -284,6 +344,10 @@ class State:
             "jobs": list(self.jobs.values()),
             "queue": list(self.queue.values()),
             "problems": list(self.problems),
+            "reshapes": list(self.reshapes.values()),
+            "card_changed": dict(self.card_changed),
+            "card_failed": dict(self.card_failed),
+            "reshape_totals": dict(self.reshape_totals),
         }
 
     @classmethod
@@ -298,6 +362,11 @@ class State:
         state.jobs = {j["id"]: dict(j) for j in raw["jobs"]}
         state.queue = {q["id"]: dict(q) for q in raw["queue"]}
         state.problems = [dict(p) for p in raw.get("problems", [])]
+        # Written by versions with elastic re-cuts; older snapshots have none.
+        state.reshapes = {r["id"]: dict(r) for r in raw.get("reshapes", [])}
+        state.card_changed = dict(raw.get("card_changed", {}))
+        state.card_failed = dict(raw.get("card_failed", {}))
+        state.reshape_totals = dict(raw.get("reshape_totals", {}))
         # Recently finished jobs kept by compaction (not part of equality, like `finished`).
         state.finished = {j["id"]: dict(j) for j in raw.get("finished", [])}
         return state
@@ -317,4 +386,22 @@ _HANDLERS = {
     "dequeue": State._dequeue,
     "job": State._job,
     "repair": State._repair,
+    "reshape": State._reshape,
 }
+
+
+def card_key(entry: dict[str, Any] | None) -> str | None:
+    """The card a slice is on ("host/gpuN", as placement keys GPUs), or None."""
+    if not entry or entry.get("gpu") is None:
+        return None
+    return f"{entry['host']}/gpu{entry['gpu']}"
+
+
+def _cards_of(entries: Any) -> dict[str, set[tuple[str, Any]]]:
+    """Card -> its slices (id, uuid): what says whether a card changed."""
+    out: dict[str, set[tuple[str, Any]]] = {}
+    for entry in entries:
+        card = card_key(entry)
+        if card is not None:
+            out.setdefault(card, set()).add((entry["id"], entry.get("uuid")))
+    return out

@@ -221,6 +221,7 @@ class PoolView:
             # really holds: the view must never show one slice held twice.
             mine = tuple(s for s in alloc.slices if s in known and owner_of.get(s) == alloc.id)
             holders.append(_holder(alloc, mine, jobs_by_alloc.get(alloc.id)))
+        holders.extend(_reshape_holders(state))
         return cls(_skeleton_of(state.slices), holders)
 
     # -- public queries -------------------------------------------------------------------
@@ -462,6 +463,27 @@ def _gpu_key(entry: dict[str, Any]) -> str:
     if entry.get("gpu") is not None:
         return f"{entry['host']}/gpu{entry['gpu']}"
     return str(entry.get("gpu_uuid") or entry["id"])
+
+
+RESHAPE_OWNER = "gpupoolctl (re-cut)"
+
+
+def _reshape_holders(state: State) -> list[Holder]:
+    """A card being re-cut is held by its reshape: nothing may be placed on its slices, and
+    an allocation that holds one of them (it cannot, but history may say so) keeps it."""
+    if not state.reshapes:
+        return []
+    cards = {str(r["gpu"]): str(r["id"]) for r in state.reshapes.values()}
+    taken = state.holders
+    found: dict[str, list[str]] = {}
+    for sid, entry in state.slices.items():
+        card = f"{entry['host']}/gpu{entry['gpu']}" if entry.get("gpu") is not None else None
+        if card in cards and sid not in taken:
+            found.setdefault(cards[card], []).append(sid)
+    return [
+        Holder(alloc=f"reshape:{rid}", owner=RESHAPE_OWNER, slices=tuple(ids))
+        for rid, ids in found.items()
+    ]
 
 
 def _holder(alloc: Allocation, slices: tuple[str, ...], job: dict[str, Any] | None) -> Holder:

@@ -11,6 +11,7 @@ checked with place() before it is returned.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Any
 
@@ -30,13 +31,19 @@ def eligible(holder: Holder, request: JobRequest, now: datetime | None = None) -
 
 
 def choose_preemption(
-    request: JobRequest, pool: PoolView, now: datetime, policy: str = "best-fit"
+    request: JobRequest,
+    pool: PoolView,
+    now: datetime,
+    policy: str = "best-fit",
+    *,
+    spare: AbstractSet[str] = frozenset(),
 ) -> list[str] | None:
     """Victim ids (job ids; allocation ids for holds not known as a job's), [] when the
-    request fits already, None when no set of eligible victims makes it fit."""
+    request fits already, None when no set of eligible victims makes it fit. Holds whose
+    allocation id is in `spare` are never chosen (placements of the pass being decided)."""
     if isinstance(place(request, pool, policy), Placement):
         return []
-    victims = [h for h in pool.holds.values() if eligible(h, request, now)]
+    victims = [h for h in pool.holds.values() if h.alloc not in spare and eligible(h, request, now)]
     if not victims:
         return None
     matching = {s.id: s for s in pool.all_candidates(request)}

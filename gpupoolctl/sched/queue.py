@@ -11,6 +11,12 @@ it fits, and later entries may backfill around one that does not. Backfill could
 starve a big job (small ones keep taking what it needs as it frees up), so once an entry
 that has aged to the cap does not fit, every free slice that could serve it is reserved for
 the rest of the pass: later entries may only use slices it could never use.
+
+The same pass is the whole decision of the scheduling loop, in production and in the
+benchmarks alike (one scheduler): it may also choose victims to preempt for an entry that
+does not fit (`preempt`), and, with an elastic policy, hide from small work the whole cards
+that elastic may cut for it and choose the re-cuts that let waiting work fit
+(sched.elastic). The caller executes what it returns: records, launches, stops, re-cuts.
 """
 
 from __future__ import annotations
@@ -20,12 +26,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from gpupoolctl.sched import elastic as elastic_rules
 from gpupoolctl.sched.place import NoFit, Placement, place
 from gpupoolctl.sched.pool import Holder, PoolView
+from gpupoolctl.sched.preempt import choose_preemption
 from gpupoolctl.sched.request import PRIORITY_MAX, JobRequest
 
 if TYPE_CHECKING:
     from gpupoolctl.ledger.state import State
+    from gpupoolctl.sched.elastic import ElasticInputs, Recut
 
 AGING_INTERVAL = timedelta(minutes=2)
 AGING_CAP = PRIORITY_MAX
@@ -40,13 +49,15 @@ class QueueEntry:
     request: JobRequest = field(default_factory=JobRequest)
     job: str | None = None
     owner: str = ""
+    policy: str | None = None  # the job's placement policy; None: the pass's
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> QueueEntry:
+    def from_record(cls, record: dict[str, Any], policy: str | None = None) -> QueueEntry:
         """From a ledger State.queue value ({id, owner, priority, request, job, seq, ts})."""
         from gpupoolctl.ledger.units import parse_ts
 
         return cls(
+            policy=policy,
             id=str(record["id"]),
             priority=int(record.get("priority", 0)),
             seq=int(record["seq"]),
@@ -93,6 +104,10 @@ class PassResult:
     waiting: list[tuple[QueueEntry, NoFit]] = field(default_factory=list)
     never: list[tuple[QueueEntry, NoFit]] = field(default_factory=list)  # refuse these
     reserved_for: list[str] = field(default_factory=list)  # starving entries, slices kept
+    # Victims chosen for the first entry that preemption can help (the pass stops there:
+    # what follows is decided again once they are gone).
+    preempt: tuple[QueueEntry, list[str]] | None = None
+    recuts: list[Recut] = field(default_factory=list)  # elastic re-cuts to make
 
 
 def schedule_pass(
@@ -103,18 +118,28 @@ def schedule_pass(
     *,
     interval: timedelta = AGING_INTERVAL,
     cap: int = AGING_CAP,
+    preempt: bool = False,
+    no_preempt: frozenset[str] = frozenset(),
+    elastic: ElasticInputs | None = None,
 ) -> PassResult:
     """Place what fits, in queue order. Each placement is held on `pool` (as a Holder named
-    after the entry id) so later entries see it: pass a view you do not need afterwards."""
+    after the entry id) so later entries see it: pass a view you do not need afterwards.
+
+    `preempt`: an entry that does not fit may name victims (not for entry ids in
+    `no_preempt`: their earlier victims are still stopping). `elastic`: re-cut idle cards.
+    """
     result = PassResult()
     # The pass only ever takes slices, so a request that did not fit cannot fit later in the
     # same pass: identical requests (priority aside) reuse the answer.
-    failed: dict[JobRequest, NoFit] = {}
+    failed: dict[tuple[JobRequest, str], NoFit] = {}
     reserved: list[str] = []
+    mine: set[str] = set()  # holds placed by this pass: never preemption victims
+    elastic_on = elastic is not None and elastic.policy.enabled
     try:
         for entry in order_queue(entries, now, interval=interval, cap=cap):
+            how = entry.policy or policy
             shape = replace(entry.request, priority=0, preemptible=False)
-            outcome = failed.get(shape) or place(entry.request, pool, policy)
+            outcome = failed.get((shape, how)) or _place(entry.request, pool, how, elastic)
             if isinstance(outcome, Placement):
                 pool.hold(
                     outcome.slices,
@@ -127,19 +152,52 @@ def schedule_pass(
                         preemptible=entry.request.preemptible,
                     ),
                 )
+                mine.add(entry.id)
                 result.placed.append((entry, outcome))
                 continue
-            failed[shape] = outcome
+            failed[(shape, how)] = outcome
             if outcome.never:
                 result.never.append((entry, outcome))
                 continue
+            if preempt and entry.id not in no_preempt:
+                victims = choose_preemption(entry.request, pool, now, how, spare=mine)
+                if victims:
+                    result.preempt = (entry, victims)
+                    break
             result.waiting.append((entry, outcome))
             if effective_priority(entry, now, interval=interval, cap=cap) >= cap:
                 for slot in list(pool.free_candidates(entry.request)):
                     pool.take(slot.id)
                     reserved.append(slot.id)
                 result.reserved_for.append(entry.id)
+        if elastic_on and result.preempt is None:
+            assert elastic is not None
+            waiting = [e for e, _ in result.waiting]
+            result.recuts = elastic_rules.plan_recuts(waiting, pool, elastic, now)
     finally:
         for slice_id in reversed(reserved):
             pool.give(slice_id)
     return result
+
+
+def _place(
+    request: JobRequest, pool: PoolView, policy: str, elastic: ElasticInputs | None
+) -> Placement | NoFit:
+    """place(), with elastic's rules: whole cards that may be cut for a small request are
+    hidden from it, and work that a re-cut could serve is waiting, not never fitting."""
+    if elastic is None or not elastic.policy.enabled:
+        return place(request, pool, policy)
+    hidden = [s for s in elastic_rules.hidden_for(request, pool, elastic) if pool.is_free(s)]
+    for slice_id in hidden:
+        pool.take(slice_id)
+    try:
+        outcome = place(request, pool, policy)
+    finally:
+        for slice_id in reversed(hidden):
+            pool.give(slice_id)
+    if isinstance(outcome, NoFit):
+        if hidden:
+            return NoFit(f"{outcome.reason}; an idle whole card is kept to be cut", never=False)
+        if outcome.never and elastic_rules.could_ever_serve(request, elastic):
+            return NoFit(f"{outcome.reason}; an idle card re-cut could hold it", never=False)
+    return outcome

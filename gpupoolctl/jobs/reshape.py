@@ -1,0 +1,201 @@
+"""Elastic re-cuts, executed: the card is reserved in the ledger first, then re-cut through
+exactly the path `partition apply` takes (a spec for that one GPU, partition.plan_host, the
+agent's `partition` verb, which refuses a GPU with a running process and rolls back a step
+that fails), then the host's slices are read again and the reshape is closed, done or
+failed. A failed re-cut keeps the card out of elastic use for the policy's back-off.
+
+The decision (which card, which layout) is sched.elastic's; this module only carries it out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpupoolctl.jobs import hooks
+from gpupoolctl.jobs.nodes import Call
+from gpupoolctl.ledger import Transaction
+from gpupoolctl.sched.cards import WHOLE
+from gpupoolctl.sched.elastic import Recut
+
+ELASTIC_LABEL = "elastic"
+
+
+@dataclass
+class Reserved:
+    id: str
+    recut: Recut
+
+
+def reserve(tx: Transaction, recut: Recut) -> Reserved | None:
+    """Record the card as being re-cut, if it still is idle and free of other re-cuts in
+    this transaction's state (another pass may have taken it meanwhile)."""
+    state = tx.state
+    card = recut.card
+    if any(r.get("gpu") == card.key for r in state.reshapes.values()):
+        return None
+    if any(s in state.holders for s in card.slices) or any(
+        s not in state.slices for s in card.slices
+    ):
+        return None
+    reshape_id = f"r-{tx.next_seq}"
+    tx.append(
+        "reshape",
+        {
+            "id": reshape_id,
+            "state": "reserved",
+            "gpu": card.key,
+            "host": card.host,
+            "index": card.index,
+            "before": recut.before,
+            "after": recut.after,
+            "layout": [list(p) for p in recut.layout],
+            "reason": recut.reason,
+            "jobs": list(recut.jobs),
+        },
+    )
+    return Reserved(reshape_id, recut)
+
+
+def spec_for(recut: Recut) -> Any:
+    """A partition spec asking for the new layout of this one GPU (pinned placements)."""
+    from gpupoolctl.partition import MigDevice, Spec, SpecEntry, parse_profile_name
+
+    card = recut.card
+    if recut.layout == WHOLE:
+        entry = SpecEntry(
+            source="elastic",
+            label=ELASTIC_LABEL,
+            line=0,
+            devices=(card.index,),
+            hosts=(card.host,),
+            mig_enabled=False,
+        )
+    else:
+        devices = tuple(
+            MigDevice(
+                key=f"{profile}@{start}",
+                profile=parse_profile_name(profile),
+                count=1,
+                start=start,
+                line=0,
+            )
+            for profile, start in recut.layout
+        )
+        entry = SpecEntry(
+            source="elastic",
+            label=ELASTIC_LABEL,
+            line=0,
+            devices=(card.index,),
+            hosts=(card.host,),
+            mig_enabled=True,
+            mig_devices=devices,
+        )
+    return Spec(source="elastic", labels=[ELASTIC_LABEL], configs={ELASTIC_LABEL: [entry]})
+
+
+def _gpu_in(facts: Mapping[str, Any], recut: Recut) -> dict[str, Any] | None:
+    uuid = recut.card.common.get("gpu_uuid")
+    for gpu in facts.get("gpus") or []:
+        if gpu.get("index") == recut.card.index and (uuid is None or gpu.get("uuid") == uuid):
+            return dict(gpu)
+    return None
+
+
+def execute(jobs: Any, reserved: Sequence[Reserved]) -> list[dict[str, Any]]:
+    """Re-cut every reserved card (hosts one request each), refresh their hosts' slices,
+    close every reshape. Returns one event per reshape."""
+    from gpupoolctl.partition import plan_host
+
+    if not reserved:
+        return []
+    hosts = sorted({r.recut.card.host for r in reserved})
+    answers = jobs.nodes.call([Call(h, "facts", {}) for h in hosts])
+    facts = dict(zip(hosts, answers, strict=True))
+    errors: dict[str, str] = {}
+    plans: dict[str, list[Any]] = {}
+    for item in reserved:
+        card = item.recut.card
+        result = facts[card.host]
+        if not result.ok:
+            errors[item.id] = f"{card.host}: {result.outcome}: {result.error}"
+            continue
+        gpu = _gpu_in(result.data, item.recut)
+        if gpu is None:
+            errors[item.id] = f"{card.key} is no longer the card that was chosen"
+            continue
+        if gpu.get("processes"):
+            errors[item.id] = f"{card.key}: a process runs on it (the ledger did not know)"
+            continue
+        plan = plan_host(spec_for(item.recut), ELASTIC_LABEL, card.host, (), result.data)
+        if plan.errors:
+            errors[item.id] = f"{card.key}: {plan.errors[0]}"
+            continue
+        plans.setdefault(card.host, []).append((item, plan))
+    hooks.crash_point("reshape-reserved")
+    calls, sent = [], []
+    for host, items in plans.items():
+        gpus = [g for _, plan in items for g in plan.agent_args(False)["gpus"]]
+        calls.append(Call(host, "partition", {"gpus": gpus, "force": False}))
+        sent.append(items)
+    for items, answer in zip(sent, jobs.nodes.call(calls) if calls else [], strict=True):
+        by_index = {}
+        if answer.ok:
+            by_index = {g.get("index"): g for g in answer.data.get("gpus") or []}
+        for item, _ in items:
+            if not answer.ok:
+                errors[item.id] = f"{item.recut.card.host}: {answer.outcome}: {answer.error}"
+                continue
+            outcome = by_index.get(item.recut.card.index)
+            if outcome is None or not outcome.get("ok"):
+                why = (outcome or {}).get("error") or "the node did not report it"
+                errors[item.id] = f"{item.recut.card.key}: {why} (rolled back)"
+    hooks.crash_point("reshape-applied")
+    # Every host that was sent a request may have changed, answered or not: read it again.
+    touched = sorted({c.host for c in calls})
+    if touched:
+        results = jobs.nodes.call([Call(h, "facts", {}) for h in touched])
+        done = jobs.ledger.refresh_from_facts([r for r in results if r.ok])
+        jobs.warnings.extend(done.warnings)
+    return close(jobs, reserved, errors)
+
+
+def close(jobs: Any, reserved: Sequence[Reserved], errors: Mapping[str, str]) -> list[dict]:
+    """Record every reshape done or failed; one event each."""
+
+    def build(tx: Transaction) -> list[dict[str, Any]]:
+        events = []
+        for item in reserved:
+            if item.id not in tx.state.reshapes:
+                continue  # closed by someone else (a recovery pass)
+            error = errors.get(item.id)
+            data = {
+                "id": item.id,
+                "state": "failed" if error else "done",
+                "gpu": item.recut.card.key,
+                "host": item.recut.card.host,
+                "index": item.recut.card.index,
+                "before": item.recut.before,
+                "after": item.recut.after,
+                "reason": item.recut.reason,
+                "jobs": list(item.recut.jobs),
+            }
+            if error:
+                data["error"] = error
+            tx.append("reshape", data)
+            events.append(
+                {
+                    "event": "reshape-failed" if error else "reshaped",
+                    "gpu": item.recut.card.key,
+                    "before": item.recut.before,
+                    "after": item.recut.after,
+                    "jobs": list(item.recut.jobs),
+                    "error": error,
+                }
+            )
+        return events
+
+    done = jobs.ledger.write(build)
+    jobs.warnings.extend(done.warnings)
+    return list(done.value)

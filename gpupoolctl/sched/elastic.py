@@ -1,0 +1,440 @@
+"""Elastic re-cutting: which idle cards get which new layout, so that waiting work fits.
+
+Pure: from the pool view (slices and holds), the cards (sched.cards), the queue, the
+policy's `elastic:` section and the clock. Nothing here touches a node or the ledger; the
+scheduling pass records and executes what this returns, and the benchmark replays it.
+
+The rules, in the order they are applied:
+
+- Only a card every slice of which is free, that no reshape holds or backs off, that has
+  been idle (no hold, no re-cut) for the policy's `min-idle`, and that a rule of the policy
+  allows, may be re-cut; at most `max-cards-per-pass` per pass. A node keeps `keep-whole`
+  of its cards under a rule whole. A card with a running process is refused later, by the
+  node itself (the partition verb's busy check): that cannot be known from here.
+- Work triggers a re-cut only after waiting `batch-window` (pending work is batched, so one
+  re-cut serves several jobs), highest effective priority first (priority and aging).
+- Cut: for a job that a MIG slice smaller than the card would serve, the smallest allowed
+  profile that satisfies it; the card's new layout packs that and the profiles of the work
+  waiting behind it, then fills what is left with more of the smallest of them (exact
+  placements from partition.planner). Cards already cut are preferred to whole ones (the
+  whole cards stay whole for work that needs them), then the layout that serves the most
+  waiting work, then the card with the least memory.
+- Merge: for work that needs whole cards, idle cut cards become whole again (MIG off where
+  that needs no reset; the full-size instance on Ampere), on the host that needs fewest.
+- A small job never takes a whole idle card that could be cut for it (see `hidden_for`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from gpupoolctl.sched.cards import WHOLE, Card, Layout, layout_text, predicted_slices
+from gpupoolctl.sched.ids import natural
+from gpupoolctl.sched.request import JobRequest, host_matches, shape_matches
+
+if TYPE_CHECKING:
+    from gpupoolctl.policy import ElasticPolicy, ElasticRule
+    from gpupoolctl.sched.pool import PoolView
+    from gpupoolctl.sched.queue import QueueEntry
+
+InHosts = Callable[[str, str], bool]  # (--limit pattern, host) -> selected
+
+
+def glob_hosts(pattern: str, host: str) -> bool:
+    """The host test without an inventory: comma-separated globs (what the benchmark uses;
+    production resolves group names through its inventory)."""
+    import fnmatch
+
+    return any(fnmatch.fnmatchcase(host, p.strip()) for p in pattern.split(",") if p.strip())
+
+
+@dataclass(frozen=True)
+class ElasticInputs:
+    """What elastic decisions read beyond the pool view: the policy and each card's clock."""
+
+    policy: ElasticPolicy
+    cards: Mapping[str, Card]
+    in_hosts: InHosts = glob_hosts
+    # card key -> when it last changed (a hold ended or began, a re-cut); absent: long ago
+    changed: Mapping[str, datetime] = field(default_factory=dict)
+    # card key -> why it may not be re-cut now (being re-cut, backing off after a failure)
+    blocked: Mapping[str, str] = field(default_factory=dict)
+
+    def rule(self, card: Card) -> ElasticRule | None:
+        return self.policy.rule_for(card.host, "nvidia", card.model, self.in_hosts)
+
+
+@dataclass(frozen=True)
+class Recut:
+    card: Card
+    layout: Layout  # the new layout
+    reason: str
+    jobs: tuple[str, ...]  # the jobs it is made for (queue entry ids where no job is named)
+    idle_s: float | None  # how long the card had been idle (None: since before the ledger)
+
+    @property
+    def before(self) -> str:
+        return layout_text(self.card.layout)
+
+    @property
+    def after(self) -> str:
+        return layout_text(self.layout)
+
+    def slices(self) -> list[dict[str, Any]]:
+        return predicted_slices(self.card, self.layout)
+
+    def describe(self) -> str:
+        idle = f", idle {_minutes(self.idle_s)}" if self.idle_s is not None else ""
+        return f"re-cut idle {self.card.key} ({self.before}{idle}) into {self.after}"
+
+
+def _minutes(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+# -- what a card could hand out -----------------------------------------------------------
+
+
+def _allowed(card: Card, rule: ElasticRule) -> list[str]:
+    """Profiles the card may be cut into (smaller than the card), smallest first."""
+    names = rule.profiles if rule.profiles is not None else _plain_profiles(card)
+    found = [card.geometry.by_name(n) for n in names]
+    full = card.full_profile.name
+    profiles = [p for p in found if p is not None and p.name != full]
+    return [p.name for p in sorted(profiles, key=lambda p: (p.memory_mib, p.compute_slices))]
+
+
+def _plain_profiles(card: Card) -> list[str]:
+    # "+me" / "-me" / "+gfx" variants differ in media engines, not in size: not chosen unasked
+    return [p.name for p in card.geometry.profiles if "+" not in p.name and "-" not in p.name]
+
+
+def _profile_entry(card: Card, profile: str) -> dict[str, Any]:
+    gi = card.geometry.by_name(profile)
+    assert gi is not None
+    return {"kind": "mig", "profile": profile, "memory_mib": gi.memory_mib, **card.common}
+
+
+def _whole_entry(card: Card) -> dict[str, Any]:
+    return predicted_slices(card, card.whole_layout)[0]
+
+
+def smallest_profile(card: Card, rule: ElasticRule, request: JobRequest) -> str | None:
+    """The smallest allowed cut profile of the card that satisfies one slice of `request`."""
+    if not host_matches(card.host, request):
+        return None
+    for profile in _allowed(card, rule):
+        if shape_matches(_profile_entry(card, profile), request):
+            return profile
+    return None
+
+
+def wants_whole(card: Card, rule: ElasticRule, request: JobRequest) -> bool:
+    """Whether the card whole serves `request` and no smaller cut of it would."""
+    if not host_matches(card.host, request):
+        return False
+    if not shape_matches(_whole_entry(card), request):
+        return False
+    return smallest_profile(card, rule, request) is None
+
+
+def could_ever_serve(request: JobRequest, inputs: ElasticInputs) -> bool:
+    """Whether some elastic card, re-cut, could hold one slice of the request: such work
+    waits for a re-cut instead of being refused as never fitting."""
+    for card in inputs.cards.values():
+        rule = inputs.rule(card)
+        if rule is None:
+            continue
+        if smallest_profile(card, rule, request) is not None or wants_whole(card, rule, request):
+            return True
+    return False
+
+
+# -- which cards may be re-cut now --------------------------------------------------------
+
+
+def _idle(pool: PoolView, card: Card) -> bool:
+    return all(pool.is_free(s) for s in card.slices) and not pool.gpu_used(card.key)
+
+
+def _whole_count(cards: Sequence[Card], host: str) -> int:
+    return sum(1 for c in cards if c.host == host and c.whole)
+
+
+def hidden_for(request: JobRequest, pool: PoolView, inputs: ElasticInputs) -> list[str]:
+    """Free whole cards a small request must not take, because elastic may cut them for it:
+    their slice ids (the caller hides them from placement for this request only). A card the
+    policy keeps whole (keep-whole), or one that cannot be re-cut, is not hidden."""
+    if not inputs.policy.enabled:
+        return []
+    hidden: list[str] = []
+    by_rule: dict[int, list[Card]] = {}
+    for card in inputs.cards.values():
+        if not card.whole or card.key in inputs.blocked or not _idle(pool, card):
+            continue
+        rule = inputs.rule(card)
+        if rule is None or smallest_profile(card, rule, request) is None:
+            continue
+        peers = by_rule.setdefault(id(rule), _rule_cards(inputs, rule))
+        if _whole_count(peers, card.host) <= rule.keep_whole:
+            continue
+        hidden.extend(card.slices)
+    return hidden
+
+
+def _rule_cards(inputs: ElasticInputs, rule: ElasticRule) -> list[Card]:
+    return [c for c in inputs.cards.values() if inputs.rule(c) is rule]
+
+
+@dataclass
+class _Candidate:
+    card: Card
+    rule: ElasticRule
+    idle_s: float | None
+
+
+def candidates(pool: PoolView, inputs: ElasticInputs, now: datetime) -> list[_Candidate]:
+    """Cards that may be re-cut in this pass, in natural order."""
+    policy = inputs.policy
+    if not policy.enabled:
+        return []
+    out = []
+    for key in sorted(inputs.cards, key=natural):
+        card = inputs.cards[key]
+        if key in inputs.blocked or not _idle(pool, card):
+            continue
+        rule = inputs.rule(card)
+        if rule is None:
+            continue
+        changed = inputs.changed.get(key)
+        idle_s = (now - changed).total_seconds() if changed is not None else None
+        if idle_s is not None and idle_s < policy.min_idle_s:
+            continue
+        out.append(_Candidate(card, rule, idle_s))
+    return out
+
+
+# -- the decision ---------------------------------------------------------------------------
+
+
+def plan_recuts(
+    waiting: Sequence[QueueEntry],
+    pool: PoolView,
+    inputs: ElasticInputs,
+    now: datetime,
+) -> list[Recut]:
+    """Re-cuts for the work that waits (`waiting` in queue order; placement has already
+    failed for each), within the policy's limits."""
+    policy = inputs.policy
+    ready = [e for e in waiting if (now - e.enqueued).total_seconds() >= policy.batch_window_s]
+    if not ready:
+        return []
+    free = candidates(pool, inputs, now)
+    if not free:
+        return []
+    chosen: list[Recut] = []
+    spare: list[dict[str, Any]] = []  # slices of this pass's re-cuts that no job is given yet
+    served: set[str] = set()
+    for index, entry in enumerate(ready):
+        if entry.id in served:
+            continue
+        if _take_spare(entry.request, spare):
+            _credit(chosen, spare, entry.job or entry.id)
+            served.add(entry.id)
+            continue
+        budget = policy.max_cards_per_pass - len(chosen)
+        if budget <= 0:
+            continue
+        rest = [e for e in ready[index + 1 :] if e.id not in served]
+        made = _for_entry(entry, rest, pool, free, chosen, budget, now, inputs)
+        for recut, leftover in made:
+            chosen.append(recut)
+            free = [c for c in free if c.card.key != recut.card.key]
+            spare.extend(leftover)
+            served.update(e.id for e in ready if (e.job or e.id) in recut.jobs)
+    return chosen
+
+
+def _take_spare(request: JobRequest, spare: list[dict[str, Any]]) -> bool:
+    if request.gpus != 1:
+        return False
+    for i, entry in enumerate(spare):
+        if shape_matches(entry, request) and host_matches(str(entry["host"]), request):
+            del spare[i]
+            return True
+    return False
+
+
+def _credit(chosen: list[Recut], spare: list[dict[str, Any]], job: str) -> None:
+    """Name the job on the last re-cut whose slices it took (for the record's `jobs`)."""
+    if chosen:
+        last = chosen[-1]
+        chosen[-1] = Recut(last.card, last.layout, last.reason, (*last.jobs, job), last.idle_s)
+
+
+def _for_entry(
+    entry: QueueEntry,
+    rest: Sequence[QueueEntry],
+    pool: PoolView,
+    free: Sequence[_Candidate],
+    chosen: Sequence[Recut],
+    budget: int,
+    now: datetime,
+    inputs: ElasticInputs,
+) -> list[tuple[Recut, list[dict[str, Any]]]]:
+    whole_need = [
+        c for c in free if wants_whole(c.card, c.rule, entry.request) and not c.card.whole
+    ]
+    if whole_need:
+        return _merge(entry, pool, whole_need, budget)
+    cut = _cut(entry, rest, free, chosen, inputs)
+    return [cut] if cut is not None else []
+
+
+def _merge(
+    entry: QueueEntry, pool: PoolView, mergeable: Sequence[_Candidate], budget: int
+) -> list[tuple[Recut, list[dict[str, Any]]]]:
+    """Make idle cut cards whole for work that needs whole cards: on one host when the work
+    must stay on one node (the host that needs fewest merges), else the first ones."""
+    request = entry.request
+    need = request.gpus
+    by_host: dict[str, list[_Candidate]] = {}
+    for cand in mergeable:
+        by_host.setdefault(cand.card.host, []).append(cand)
+    plans: list[tuple[int, str, list[_Candidate]]] = []
+    if request.gpus > 1 and (request.same_node or request.same_island):
+        for host, group in by_host.items():
+            have = sum(1 for _ in pool.free_candidates(_on_host(request, host)))
+            missing = need - have
+            if 0 < missing <= min(len(group), budget):
+                plans.append((missing, host, group[:missing]))
+    else:
+        have = sum(1 for _ in pool.free_candidates(request))
+        missing = need - have
+        if 0 < missing <= min(len(mergeable), budget):
+            plans.append((missing, "", list(mergeable[:missing])))
+    if not plans:
+        return []
+    _, _, picked = min(plans, key=lambda p: (p[0], natural(p[1])))
+    reason = f"{entry.request.describe()} waits for whole cards"
+    out = []
+    for cand in picked:
+        layout = cand.card.whole_layout
+        recut = Recut(cand.card, layout, reason, (entry.job or entry.id,), cand.idle_s)
+        out.append((recut, []))
+    return out
+
+
+def _on_host(request: JobRequest, host: str) -> JobRequest:
+    from dataclasses import replace
+
+    return replace(request, host=host, gpus=1)
+
+
+def _cut(
+    entry: QueueEntry,
+    rest: Sequence[QueueEntry],
+    free: Sequence[_Candidate],
+    chosen: Sequence[Recut],
+    inputs: ElasticInputs,
+) -> tuple[Recut, list[dict[str, Any]]] | None:
+    best: tuple[tuple[Any, ...], Recut, list[dict[str, Any]]] | None = None
+    cut_on_host: dict[str, int] = {}
+    for recut in chosen:
+        if recut.card.whole:
+            cut_on_host[recut.card.host] = cut_on_host.get(recut.card.host, 0) + 1
+    for cand in free:
+        card, rule = cand.card, cand.rule
+        first = smallest_profile(card, rule, entry.request)
+        if first is None:
+            continue
+        if card.whole:
+            peers = _rule_cards(inputs, rule)
+            whole_left = _whole_count(peers, card.host) - cut_on_host.get(card.host, 0)
+            if whole_left <= rule.keep_whole:
+                continue
+        packed = _pack(card, rule, entry, first, rest)
+        if packed is None:
+            continue
+        layout, jobs, weight = packed
+        if layout == card.layout:
+            continue  # it has this already (its slices did not fit for another reason)
+        key = (-weight, 1 if card.whole else 0, card.memory_mib, natural(card.key))
+        if best is None or key < best[0]:
+            reason = f"{entry.request.describe()} waits; no free slice fits"
+            recut = Recut(card, layout, reason, tuple(jobs), cand.idle_s)
+            slices = predicted_slices(card, layout)
+            leftover = _leftover(slices, [entry, *[e for e in rest if (e.job or e.id) in jobs]])
+            best = (key, recut, leftover)
+    return None if best is None else (best[1], best[2])
+
+
+def _pack(
+    card: Card, rule: ElasticRule, entry: QueueEntry, first: str, rest: Sequence[QueueEntry]
+) -> tuple[Layout, list[str], int] | None:
+    """A layout for `entry` (gpus copies of `first`), then as much of `rest` as fits, then
+    filled with more of the smallest profile used. None when even `entry` does not fit."""
+    # Imported here: the partition package costs ~35 ms, and only elastic passes need it.
+    from gpupoolctl.partition.planner import place as plan_layout
+
+    geometry = card.geometry
+    counts = {first: entry.request.gpus}
+    if entry.request.gpus > 1 and not (entry.request.same_node or entry.request.same_island):
+        counts = {first: 1}  # a spread job takes what it can here; the rest comes elsewhere
+    if plan_layout(geometry, counts) is None:
+        return None
+    jobs = [entry.job or entry.id]
+    weight = entry.request.gpus
+    for other in rest:
+        if other.request.gpus != 1:
+            continue
+        profile = smallest_profile(card, rule, other.request)
+        if profile is None:
+            continue
+        trial = {**counts, profile: counts.get(profile, 0) + 1}
+        if plan_layout(geometry, trial) is not None:
+            counts = trial
+            jobs.append(other.job or other.id)
+            weight += 1
+    smallest = min(counts, key=lambda n: (geometry.by_name(n).memory_mib, n))  # type: ignore[union-attr]
+    while True:
+        trial = {**counts, smallest: counts[smallest] + 1}
+        if plan_layout(geometry, trial) is None:
+            break
+        counts = trial
+    placed = plan_layout(geometry, counts)
+    assert placed is not None
+    return tuple(sorted(placed, key=lambda p: (p[1], p[0]))), jobs, weight
+
+
+def _leftover(slices: list[dict[str, Any]], served: Sequence[QueueEntry]) -> list[dict[str, Any]]:
+    """The predicted slices that the served entries do not take (smallest fit each)."""
+    left = sorted(slices, key=lambda s: (s["memory_mib"], natural(s["id"])))
+    for entry in served:
+        for _ in range(entry.request.gpus):
+            for i, entry_slice in enumerate(left):
+                if shape_matches(entry_slice, entry.request):
+                    del left[i]
+                    break
+    return left
+
+
+__all__ = [
+    "WHOLE",
+    "ElasticInputs",
+    "Recut",
+    "candidates",
+    "could_ever_serve",
+    "glob_hosts",
+    "hidden_for",
+    "plan_recuts",
+    "smallest_profile",
+    "wants_whole",
+]
