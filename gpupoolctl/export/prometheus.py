@@ -155,9 +155,23 @@ def pool_families(state: State, now: str, read_at: float) -> list[Family]:
     for name in ACTIVE_JOB_STATES:
         jobs.add(by_state.get(name, 0), state=name)
 
+    reshapes = Family(
+        "gpupoolctl_reshapes_total",
+        "counter",
+        "Elastic re-cuts of idle cards that ended, by outcome (done, failed); from the ledger.",
+    )
+    for outcome in ("done", "failed"):
+        reshapes.add(state.reshape_totals.get(outcome, 0), outcome=outcome)
+
     return [
         slices,
         memory,
+        reshapes,
+        _single(
+            "gpupoolctl_reshapes_in_flight",
+            "Cards reserved for a re-cut now (nothing is placed on them meanwhile).",
+            len(state.reshapes),
+        ),
         _single("gpupoolctl_allocations_held", "Allocations holding slices now.",
                 len(state.active(now))),
         jobs,

@@ -192,25 +192,37 @@ def listing(jobs: Jobs, *, everything: bool = False, recent_s: float = 3600.0) -
 
 
 def waiting_reasons(jobs: Jobs, view: Any = None) -> dict[str, str]:
-    """Why each queued job waits, from the scheduler's own placement on the ledger as it is
-    now (writes nothing): what does not fit and why, or that it fits and waits its turn."""
+    """Why each queued job waits, from the scheduler's own pass (sched.schedule_pass, as
+    `schedule` runs it, elastic re-cuts included) on the ledger as it is now, on a view
+    that is thrown away (writes nothing): what does not fit and why, the re-cut it waits
+    for, or that it fits and waits its turn."""
     from gpupoolctl.ledger.units import parse_ts
-    from gpupoolctl.sched import NoFit, QueueEntry, order_queue
+    from gpupoolctl.sched import QueueEntry, schedule_pass
 
     view = view or jobs.read()
     state = view.state
-    entries = [QueueEntry.from_record(r) for r in state.queue.values()]
+    entries = []
+    for record in state.queue.values():
+        job = state.jobs.get(str(record.get("job"))) if record.get("job") else None
+        if job is not None and job.get("state") == "queued":
+            entries.append(QueueEntry.from_record(record, str(job.get("policy") or "best-fit")))
+    if not entries:
+        return {}
+    result = schedule_pass(
+        entries,
+        jobs.pool(state, view.now),
+        parse_ts(view.now),
+        elastic=jobs.elastic_inputs(state, view.now),
+    )
+    recut_for = {job: r for r in result.recuts for job in r.jobs}
     reasons: dict[str, str] = {}
-    for entry in order_queue(entries, parse_ts(view.now)):
-        job = state.jobs.get(str(entry.job)) if entry.job else None
-        if job is None or job.get("state") != "queued":
-            continue
-        policy = str(job.get("policy") or "best-fit")
-        result = jobs.place(state, entry.request, view.now, policy)
-        if isinstance(result, NoFit):
-            reasons[job["id"]] = result.reason
-        else:
-            reasons[job["id"]] = "fits now: the next schedule pass starts it"
+    for entry, _ in result.placed:
+        reasons[str(entry.job)] = "fits now: the next schedule pass starts it"
+    for entry, nofit in (*result.waiting, *result.never):
+        recut = recut_for.get(str(entry.job))
+        reasons[str(entry.job)] = (
+            f"waits for a re-cut: {recut.describe()}" if recut is not None else nofit.reason
+        )
     return reasons
 
 

@@ -77,7 +77,12 @@ def schedule(jobs: Jobs) -> Outcome:
             reaping.reap(jobs)
             continue
         if found.reshapes:
-            outcome.events.extend(reshape.execute(jobs, found.reshapes))
+            events = reshape.execute(jobs, found.reshapes)
+            outcome.events.extend(events)
+            if any(e["event"] == "reshape-failed" for e in events):
+                # Fail closed: the next pass (after the card's back-off) tries again, not
+                # this one, on whatever made the node refuse.
+                break
             continue  # place the work the new slices were made for
         if not found.placed:
             break

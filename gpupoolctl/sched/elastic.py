@@ -177,7 +177,10 @@ def hidden_for(request: JobRequest, pool: PoolView, inputs: ElasticInputs) -> li
     hidden: list[str] = []
     by_rule: dict[int, list[Card]] = {}
     for card in inputs.cards.values():
-        if not card.whole or card.key in inputs.blocked or not _idle(pool, card):
+        # A blocked card (being re-cut, or backing off after a failed re-cut) stays hidden
+        # too: it is still an elastic card, and small work taking it whole is the waste
+        # elastic exists to avoid; work that needs it whole still sees it.
+        if not card.whole or not _idle(pool, card):
             continue
         rule = inputs.rule(card)
         if rule is None or smallest_profile(card, rule, request) is None:

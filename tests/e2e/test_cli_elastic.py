@@ -1,0 +1,154 @@
+"""The elastic pool end to end on the bundled simulated pool: small work waits behind whole
+cards, a scheduling pass re-cuts an idle H100 through the sim's NVML, the work runs on MIG
+devices, the ledger shows the reshape; a re-cut that fails mid-way is rolled back."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+PY = sys.executable
+DGX = "sg-dgx01"  # eight whole H100 cards, MIG off (Hopper: MIG may be switched on idle)
+PRINT_DEVICES = "import os, time; print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(30)"
+
+
+def write_policy(folder: Path, *, batch_window: str) -> Path:
+    path = folder / "pool.yaml"
+    path.write_text(
+        "version: 1\n"
+        "elastic:\n"
+        "  min-idle: 0s\n"
+        f"  batch-window: {batch_window}\n"
+        "  max-cards-per-pass: 1\n"
+        "  rules:\n"
+        f"    - hosts: {DGX}\n"
+        "      profiles: [1g.10gb, 3g.40gb]\n"
+    )
+    return path
+
+
+def reshapes(cli) -> list[dict[str, Any]]:
+    run = cli("-q", "ledger", "show", "--op", "reshape", "-o", "json")
+    assert run.code == 0, run.stderr
+    return [r["data"] for r in run.json()]
+
+
+def job(cli, job_id: str, policy: Path) -> dict[str, Any]:
+    run = cli("-q", "--pool-policy", str(policy), "jobs", "--all", "--no-refresh", "-o", "json")
+    assert run.code == 0, run.stderr
+    return {j["id"]: j for j in run.json()}[job_id]
+
+
+def dgx_slices(cli) -> list[dict[str, Any]]:
+    run = cli("-q", "pool", "--no-refresh", "-o", "json")
+    assert run.code == 0, run.stderr
+    return [s for n in run.json()["nodes"] if n["host"] == DGX for s in n["slices"]]
+
+
+def test_small_work_waits_behind_whole_cards_then_schedule_recuts_an_idle_card(
+    jobs_cli, tmp_path: Path
+) -> None:
+    waiting = write_policy(tmp_path, batch_window="1h")
+    args = ["-l", DGX, "submit", "--mem", "10G", "--", PY, "-c", PRINT_DEVICES]
+    run = jobs_cli("--pool-policy", str(waiting), *args)
+    assert run.code == 0, run.stderr
+    job_id = run.stdout.strip()
+    queued = job(jobs_cli, job_id, waiting)
+    # Not on a whole 80 GB card: elastic keeps them to be cut, and the batch window holds.
+    assert queued["state"] == "queued", queued
+    assert "kept to be cut" in (queued.get("reason") or ""), queued
+    assert reshapes(jobs_cli) == []
+    assert all(s["kind"] == "gpu" for s in dgx_slices(jobs_cli))
+
+    ready = write_policy(tmp_path, batch_window="0s")
+    dry = jobs_cli(
+        "-q", "--pool-policy", str(ready), "-l", DGX, "submit", "--mem", "10G", "--dry-run",
+        "--", "true",
+    )  # fmt: skip
+    assert dry.code == 0, dry.stderr
+    assert dry.stdout.startswith(f"would re-cut idle {DGX}/gpu"), dry.stdout
+    assert "(whole card" in dry.stdout and "into 7 x 1g.10gb and take one" in dry.stdout
+
+    run = jobs_cli("--pool-policy", str(ready), "-o", "json", "schedule")
+    assert run.code == 0, run.stderr
+    events = {e["event"]: e for e in run.json()}
+    assert events["reshaped"]["before"] == "whole card", events
+    assert events["reshaped"]["after"] == "7 x 1g.10gb"
+    assert events["reshaped"]["jobs"] == [job_id]
+    assert events["started"]["job"] == job_id
+
+    records = reshapes(jobs_cli)
+    assert [r["state"] for r in records] == ["reserved", "done"]
+    gpu = records[0]["gpu"]
+    assert gpu.startswith(f"{DGX}/gpu") and records[1]["gpu"] == gpu
+    assert records[0]["jobs"] == [job_id] and records[0]["reason"]
+    cut = [s for s in dgx_slices(jobs_cli) if s["slice"].startswith(gpu + "/")]
+    assert sorted(s["profile"] for s in cut) == ["1g.10gb"] * 7
+    running = job(jobs_cli, job_id, ready)
+    assert running["state"] == "running" and running["slice"].startswith(gpu + "/mig-1g.10gb@")
+    output = ""
+    for _ in range(50):
+        output = jobs_cli("-q", "logs", job_id).stdout
+        if output:
+            break
+    assert output.startswith("MIG-"), output  # the job sees only its MIG device
+
+    metrics = jobs_cli("-q", "export", "prometheus")
+    assert metrics.code == 0, metrics.stderr
+    assert 'gpupoolctl_reshapes_total{outcome="done"} 1' in metrics.stdout
+
+
+def test_a_recut_failing_midway_is_rolled_back_and_the_work_stays_queued(
+    jobs_cli, tmp_path: Path
+) -> None:
+    ready = write_policy(tmp_path, batch_window="0s")
+    assert jobs_cli("-q", "sim", "reset").code == 0
+    state_file = Path(jobs_cli.sim_dir) / f"{DGX}.json"
+    state = json.loads(state_file.read_text())
+    # The third GPU instance of the new layout cannot be created (on any GPU of the node).
+    state["nvidia"]["faults"] = [
+        {"op": "create_gpu_instance", "nth": 3, "times": 1, "error": "InsufficientResources"}
+    ]
+    state_file.write_text(json.dumps(state))
+
+    run = jobs_cli(
+        "--pool-policy", str(ready), "-l", DGX, "submit", "--mem", "10G", "--", PY, "-c",
+        PRINT_DEVICES,
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    job_id = run.stdout.strip()
+    records = reshapes(jobs_cli)
+    assert [r["state"] for r in records] == ["reserved", "failed"], records
+    assert "rolled back" in records[1]["error"]
+    gpu = records[0]["gpu"]
+    # Rolled back: the card is whole again, exactly as before, and the job still waits.
+    assert [s["kind"] for s in dgx_slices(jobs_cli) if s["slice"] == gpu] == ["gpu"]
+    assert job(jobs_cli, job_id, ready)["state"] == "queued"
+
+    # The next pass leaves the failed card alone (back-off) and cuts another one.
+    run = jobs_cli("--pool-policy", str(ready), "-o", "json", "schedule")
+    assert run.code == 0, run.stderr
+    done = [r for r in reshapes(jobs_cli) if r["state"] == "done"]
+    assert len(done) == 1 and done[0]["gpu"] != gpu
+    assert job(jobs_cli, job_id, ready)["state"] == "running"
+    metrics = jobs_cli("-q", "export", "prometheus").stdout
+    assert 'gpupoolctl_reshapes_total{outcome="failed"} 1' in metrics
+
+
+def test_schedule_watch_runs_bounded_passes_and_a_bad_policy_is_one_line(
+    jobs_cli, tmp_path: Path
+) -> None:
+    watch = jobs_cli("-o", "json", "schedule", "--watch", "0.1s", "--passes", "2")
+    assert watch.code == 0, watch.stderr
+    passes = [json.loads(line) for line in watch.stdout.splitlines()]
+    assert len(passes) == 2 and all(p["events"] == [] and p["at"] for p in passes)
+    assert jobs_cli("schedule", "--passes", "2").code == 2  # --passes needs --watch
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: 1\nelastic:\n  min-idle: soon\n")
+    run = jobs_cli("-q", "--pool-policy", str(bad), "schedule")
+    assert run.code == 1
+    lines = [line for line in run.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"{bad}:3" in lines[0], run.stderr
