@@ -11,7 +11,9 @@ from typing import Any
 
 PY = sys.executable
 DGX = "sg-dgx01"  # eight whole H100 cards, MIG off (Hopper: MIG may be switched on idle)
-PRINT_DEVICES = "import os, time; print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(30)"
+PRINT_DEVICES = (
+    "import os, time; print(os.environ['CUDA_VISIBLE_DEVICES'], flush=True); time.sleep(30)"
+)
 
 
 def write_policy(folder: Path, *, batch_window: str) -> Path:
