@@ -42,8 +42,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from gpupoolctl.ledger import Ledger, Request, journal  # noqa: E402
+from gpupoolctl.ledger import Ledger, journal  # noqa: E402
 from gpupoolctl.ledger.units import format_ts, utc_now  # noqa: E402
+from gpupoolctl.sched import JobRequest  # noqa: E402
+from gpupoolctl.sched.alloc import alloc as hold  # noqa: E402
 
 POOL = 64
 SHOW_TARGET_S = 0.3
@@ -77,7 +79,7 @@ def ledger_worker(path: str, owner: str, txns: int, barrier: Any) -> None:
     led.read()
     barrier.wait()
     for _ in range(txns):
-        held = led.alloc(Request(), owner=owner).value
+        held = hold(led, JobRequest(), owner=owner).value
         led.release(held.id)
 
 
@@ -275,7 +277,7 @@ def history(folder: Path, records: int) -> dict[str, Any]:
 
     led = Ledger(path)
     for _ in range(50):
-        held = led.alloc(Request(), owner="after").value
+        held = hold(led, JobRequest(), owner="after").value
         led.release(held.id)
     base = ["--ledger", str(path)]
     start = time.perf_counter()

@@ -332,8 +332,10 @@ def alloc(
     Best fit: of the free slices that match, the ones with the least memory (then by id),
     so small requests never take big cards. Exit 5 when nothing fits.
     """
-    from gpupoolctl.ledger import Request, current_user
+    from gpupoolctl.ledger import current_user
     from gpupoolctl.ledger.units import parse_duration, parse_memory_mib
+    from gpupoolctl.sched import JobRequest
+    from gpupoolctl.sched.alloc import alloc as hold
 
     settings: Settings = ctx.obj
     count = gpus
@@ -343,12 +345,12 @@ def alloc(
         if source is None or source.name == "DEFAULT":
             count = old_count  # --gpus given as well wins
     # An empty value is a mistake (an unset shell variable), never "not given".
-    request = Request(
+    request = JobRequest(
+        gpus=count,
         profile=profile,
         memory_mib=parse_memory_mib(mem) if mem is not None else None,
-        count=count,
-        host=host,
         vendor=vendor,
+        host=host,
     )
     life: timedelta | None = parse_duration(ttl) if ttl is not None else None
     who = owner if owner is not None else current_user()
@@ -356,7 +358,7 @@ def alloc(
         raise UsageError("--owner must not be empty")
     ledger = open_ledger(settings)
     discover_slices(settings, ledger)
-    done = ledger.alloc(request, owner=who, ttl=life)
+    done = hold(ledger, request, owner=who, ttl=life)  # placed by sched, held by the ledger
     _warn_all(done.warnings)
     held: Allocation = done.value
     data = _alloc_dict(held)

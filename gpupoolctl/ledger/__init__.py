@@ -1,9 +1,11 @@
 """The flat-file allocation ledger: journal, locking, replay, snapshot, verify, repair.
 
-    from gpupoolctl.ledger import Ledger, Request
+    from gpupoolctl.ledger import Ledger
     ledger = Ledger(path)                      # None: ~/.local/state/gpupoolctl/ledger.jsonl
     ledger = Ledger.from_env(path)             # no fsync when GPUPOOL_LEDGER_NO_FSYNC=1
-    done = ledger.alloc(Request(profile="1g.10gb"), owner="alice", ttl=timedelta(hours=8))
+    done = ledger.alloc(choose, owner="alice", ttl=timedelta(hours=8))
+                                               # choose(state, now) -> slice ids: placement
+                                               # is sched's (gpupoolctl.sched.alloc.alloc)
     done.value.id, done.warnings               # "a-17", [] (warnings are for stderr)
     ledger.release("a-17")
     view = ledger.read()                       # view.state: slices, allocations, jobs, queue
@@ -14,7 +16,6 @@ Nothing here prints: results and warnings are returned, problems raised as typed
 """
 
 from gpupoolctl.ledger.errors import LedgerBusy, LedgerDamaged, LedgerError, NothingFits
-from gpupoolctl.ledger.fit import Request
 from gpupoolctl.ledger.history import History
 from gpupoolctl.ledger.ledger import (
     Done,
@@ -47,7 +48,6 @@ __all__ = [
     "Problem",
     "RepairResult",
     "Report",
-    "Request",
     "State",
     "Transaction",
     "View",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import getpass
 import os
 import socket
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -22,7 +22,6 @@ from gpupoolctl.atomic import fsync_dir
 from gpupoolctl.errors import UsageError
 from gpupoolctl.ledger import journal, replay, snapshot
 from gpupoolctl.ledger.errors import LedgerDamaged, LedgerError
-from gpupoolctl.ledger.fit import Request, pick
 from gpupoolctl.ledger.history import History, archives_needed, matcher, read_archive
 from gpupoolctl.ledger.lock import FileLock
 from gpupoolctl.ledger.paths import FILE_MODE, LedgerPaths, default_path, ensure_folder
@@ -434,11 +433,21 @@ class Ledger:
         slices = [s for r in good for s in slices_from_facts(r.name, r.data)]
         return self.refresh_slices([r.name for r in good], slices)
 
-    def alloc(self, request: Request, *, owner: str, ttl: timedelta | None = None) -> Done:
-        """Hold the best-fitting free slice(s): one record; NothingFits (exit 5) otherwise."""
+    def alloc(
+        self,
+        choose: Callable[[State, str], Sequence[str]],
+        *,
+        owner: str,
+        ttl: timedelta | None = None,
+        request: Mapping[str, Any] | None = None,
+    ) -> Done:
+        """Hold the slices `choose(state, now)` names: one record. Placement is sched's
+        (gpupoolctl.sched.alloc); it runs here, under the lock, so that two allocs at once
+        never pick the same slice, and whatever it raises (NothingFits, exit 5) aborts the
+        write. `request` is kept in the record as given."""
 
         def build(tx: Transaction) -> Allocation:
-            chosen = pick(tx.state, request, tx.now)
+            chosen = self._free_slices(tx, choose(tx.state, tx.now))
             alloc_id = f"a-{tx.next_seq}"
             expires = format_ts(tx.moment + ttl) if ttl else None
             tx.append(
@@ -449,12 +458,30 @@ class Ledger:
                     "slices": [s["id"] for s in chosen],
                     "uuids": [s.get("uuid") for s in chosen],
                     "expires": expires,
-                    "request": request.to_dict(),
+                    "request": dict(request or {}),
                 },
             )
             return tx.state.allocations[alloc_id]
 
         return self.write(build)
+
+    @staticmethod
+    def _free_slices(tx: Transaction, ids: Sequence[str]) -> list[dict[str, Any]]:
+        # The ledger's own invariant, whoever chose: a slice is held by one allocation at most.
+        if not ids:
+            raise LedgerError("alloc: no slice chosen")
+        if len(set(ids)) != len(ids):
+            raise LedgerError(f"alloc: a slice chosen twice ({', '.join(ids)})")
+        chosen = []
+        for slice_id in ids:
+            entry = tx.state.slices.get(slice_id)
+            if entry is None:
+                raise LedgerError(f"alloc: unknown slice {slice_id!r}")
+            holder = tx.state.holder(slice_id, tx.now)
+            if holder is not None:
+                raise LedgerError(f"alloc: {slice_id} is held by {holder.id} ({holder.owner})")
+            chosen.append(entry)
+        return chosen
 
     def release(self, alloc_id: str) -> Done:
         """End an allocation taken by hand (`alloc`). A job's allocation is refused: it ends

@@ -8,7 +8,9 @@ import json
 import stat
 from pathlib import Path
 
-from gpupoolctl.ledger import Ledger, Request, journal
+from gpupoolctl.ledger import Ledger, journal
+from gpupoolctl.sched import JobRequest
+from gpupoolctl.sched.alloc import alloc as hold
 
 FAST = {"GPUPOOL_LEDGER_NO_FSYNC": "1"}
 
@@ -88,8 +90,8 @@ def prepared(tmp_path: Path) -> Path:
             for i in range(4)
         ],
     )
-    led.alloc(Request(), owner="alice")
-    led.alloc(Request(), owner="bob")
+    hold(led, JobRequest(), owner="alice")
+    hold(led, JobRequest(), owner="bob")
     return path
 
 

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from gpupoolctl.ledger import Ledger, Request
+from gpupoolctl.ledger import Ledger
+from gpupoolctl.sched import JobRequest
+from gpupoolctl.sched.alloc import alloc as hold
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,7 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 # (fsync) returned, so every printed line is an acknowledged operation.
 WORKER = r"""
 import random, sys
-from gpupoolctl.ledger import Ledger, NothingFits, Request
+from gpupoolctl.ledger import Ledger, NothingFits
+from gpupoolctl.sched import JobRequest
+from gpupoolctl.sched.alloc import alloc as hold
 path, owner, seed, steps, durable, autocompact = sys.argv[1:7]
 rng = random.Random(int(seed))
 led = Ledger(path, durable=durable == "1", actor=f"{owner}@test", autocompact=int(autocompact))
@@ -40,7 +44,7 @@ while int(steps) < 0 or step < int(steps):
         say(f"REL {alloc_id}")
     else:
         try:
-            done = led.alloc(Request(count=rng.choice([1, 1, 2])), owner=owner)
+            done = hold(led, JobRequest(gpus=rng.choice([1, 1, 2])), owner=owner)
         except NothingFits:
             say("FULL")
             continue
@@ -197,7 +201,7 @@ def test_sigkilled_writers_lose_nothing_acknowledged(tmp_path, autocompact):
     tearer = start(TEARER, str(path), "99", "cut")
     tearer.communicate(timeout=30)
     assert [p.kind for p in Ledger(path).verify().problems] == ["torn"]
-    done = Ledger(path).alloc(Request(), owner="final")
+    done = hold(Ledger(path), JobRequest(), owner="final")
     assert any("interrupted writer" in w and "removed" in w for w in done.warnings)
     allocs, releases, warnings = acknowledged(outputs)
     assert len(allocs) > 20

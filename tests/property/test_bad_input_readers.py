@@ -265,14 +265,16 @@ def test_a_broken_default_ssh_config_is_one_line_naming_it(tmp_path, monkeypatch
 
 def _ledger_files(folder: Path) -> dict[str, bytes]:
     """A small real ledger: a journal, a snapshot and an archive."""
-    from gpupoolctl.ledger import Ledger, Request
+    from gpupoolctl.ledger import Ledger
+    from gpupoolctl.sched import JobRequest
+    from gpupoolctl.sched.alloc import alloc as hold
 
     ledger = Ledger(folder / "l.jsonl", durable=False, actor="t@b")
     slices = [{"id": "n1/gpu0", "host": "n1", "kind": "gpu", "memory_mib": 80000, "uuid": "U"}]
     ledger.refresh_slices(["n1"], slices)
-    ledger.release(ledger.alloc(Request(profile="gpu"), owner="ann").value.id)
+    ledger.release(hold(ledger, JobRequest(profile="gpu"), owner="ann").value.id)
     ledger.compact()
-    ledger.alloc(Request(profile="gpu"), owner="bob")
+    hold(ledger, JobRequest(profile="gpu"), owner="bob")
     return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
 
 
@@ -283,7 +285,9 @@ def test_ledger_files_damaged_anyhow_give_ledger_errors_only(
 ) -> None:
     """read, verify, history, repair and a write on a damaged journal or snapshot: a value
     or the ledger's own one-line errors (damage, refused writes), nothing else."""
-    from gpupoolctl.ledger import Ledger, Request
+    from gpupoolctl.ledger import Ledger
+    from gpupoolctl.sched import JobRequest
+    from gpupoolctl.sched.alloc import alloc as hold
 
     with tempfile.TemporaryDirectory() as made, tempfile.TemporaryDirectory() as used:
         files = _ledger_files(Path(made))
@@ -299,7 +303,7 @@ def test_ledger_files_damaged_anyhow_give_ledger_errors_only(
             ledger.verify,
             lambda: ledger.history(everything=True),
             ledger.repair,
-            lambda: ledger.alloc(Request(profile="gpu"), owner="cy"),
+            lambda: hold(ledger, JobRequest(profile="gpu"), owner="cy"),
         ]
         for step in steps:
             try:

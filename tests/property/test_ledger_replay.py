@@ -17,7 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpupoolctl.ledger import Ledger, LedgerError, NothingFits, Request
+from gpupoolctl.ledger import Ledger, LedgerError, NothingFits
+from gpupoolctl.sched import JobRequest
+from gpupoolctl.sched.alloc import alloc as hold
 
 T0 = datetime(2025, 6, 1, tzinfo=UTC)
 PROFILES = ["1g.10gb", "3g.40gb", None]
@@ -154,10 +156,10 @@ def test_replay_matches_the_model(sequence):
             elif kind == "alloc":
                 _, profile, count, owner, ttl = step
                 want = model.alloc(profile, count, owner, ttl)
-                request = Request(profile=profile or "gpu", count=count)
+                request = JobRequest(profile=profile or "gpu", gpus=count)
                 try:
-                    got = ledger.alloc(
-                        request, owner=owner, ttl=timedelta(minutes=ttl) if ttl else None
+                    got = hold(
+                        ledger, request, owner=owner, ttl=timedelta(minutes=ttl) if ttl else None
                     ).value.id
                 except NothingFits:
                     got = None

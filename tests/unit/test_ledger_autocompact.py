@@ -10,13 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpupoolctl.errors import UsageError
-from gpupoolctl.ledger import Ledger, Request
+from gpupoolctl.ledger import Ledger
 from gpupoolctl.ledger import snapshot as snapshot_module
 from gpupoolctl.ledger.ledger import (
     AUTOCOMPACT_ENV,
     DEFAULT_AUTOCOMPACT,
     autocompact_from_env,
 )
+from gpupoolctl.sched import JobRequest
+from gpupoolctl.sched.alloc import alloc as hold
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 SLICES = [
@@ -53,7 +55,7 @@ def archives(led: Ledger) -> list[Path]:
 def test_a_writer_compacts_once_the_journal_holds_the_threshold(tmp_path: Path) -> None:
     led = make_ledger(tmp_path, Clock(), autocompact=5)
     for _ in range(6):  # 1 slices record + 12 alloc/release records
-        led.release(led.alloc(Request(), owner="amy").value.id)
+        led.release(hold(led, JobRequest(), owner="amy").value.id)
     # Compacted after records 5 and 10: two archives, the journal holds what came since.
     assert [p.name for p in archives(led)] == [
         "000000000001-000000000005.jsonl.gz",
@@ -70,7 +72,7 @@ def test_a_writer_compacts_once_the_journal_holds_the_threshold(tmp_path: Path) 
 def test_zero_never_compacts_by_itself(tmp_path: Path) -> None:
     led = make_ledger(tmp_path, Clock(), autocompact=0)
     for _ in range(20):
-        led.release(led.alloc(Request(), owner="amy").value.id)
+        led.release(hold(led, JobRequest(), owner="amy").value.id)
     assert archives(led) == [] and len(led.path.read_text().splitlines()) == 41
 
 
@@ -83,7 +85,7 @@ def test_a_failed_automatic_compaction_is_a_warning_and_the_write_stands(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(snapshot_module, "compact", broken)
-    done = led.alloc(Request(), owner="amy")
+    done = hold(led, JobRequest(), owner="amy")
     assert any("automatic compaction failed" in w for w in done.warnings)
     state = Ledger(led.path, durable=False).read().state
     assert done.value.id in state.allocations

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gpupoolctl.ledger import Ledger, LedgerDamaged, Request, journal
+from gpupoolctl.ledger import Ledger, LedgerDamaged, journal
 from gpupoolctl.ledger.snapshot import Snapshot
 from gpupoolctl.ledger.snapshot import write as write_snapshot
+from gpupoolctl.sched import JobRequest
+from gpupoolctl.sched.alloc import alloc as hold
 
 
 def make_slices(n: int = 6) -> list[dict]:
@@ -32,7 +34,7 @@ def ledger(tmp_path: Path) -> Ledger:
     led = Ledger(tmp_path / "ledger.jsonl", durable=False, actor="t@h")
     led.refresh_slices(["n1"], make_slices())
     for _ in range(4):
-        led.alloc(Request(), owner="alice")
+        hold(led, JobRequest(), owner="alice")
     led.release("a-3")
     return led  # seq 1..6
 
@@ -61,7 +63,7 @@ def test_torn_tail_is_cut_by_the_next_writer_with_a_warning(ledger):
     assert any("ignored" in w for w in view.warnings)  # readers never write
     assert ledger.path.read_bytes() == good + partial
     assert [p.kind for p in reader.verify().problems] == ["torn"]
-    done = reader.alloc(Request(), owner="bob")
+    done = hold(reader, JobRequest(), owner="bob")
     assert any(
         ":7: unterminated last line (30 bytes" in w and "removed" in w for w in done.warnings
     )
@@ -84,7 +86,7 @@ def test_middle_damage_blocks_writers_until_repair(ledger, tmp_path):
     damage_line(ledger.path, 3)
     writer = fresh(ledger)
     with pytest.raises(LedgerDamaged) as caught:
-        writer.alloc(Request(), owner="bob")
+        hold(writer, JobRequest(), owner="bob")
     message = str(caught.value)
     assert message.startswith(f"{ledger.path}:3: damaged record: checksum mismatch")
     assert "ledger repair" in message and "\n" not in message
@@ -102,14 +104,14 @@ def test_middle_damage_blocks_writers_until_repair(ledger, tmp_path):
     assert fresh(ledger).verify().ok
     assert [r["seq"] for r in records(ledger)] == [1, 2, 4, 5, 6, 7]
     assert records(ledger)[-1]["op"] == "repair"
-    assert writer.alloc(Request(), owner="bob").value.id == "a-8"
+    assert hold(writer, JobRequest(), owner="bob").value.id == "a-8"
     assert writer.repair().value.repaired is False
 
 
 def test_damaged_last_complete_line_is_not_silently_dropped(ledger):
     damage_line(ledger.path, 6)
     with pytest.raises(LedgerDamaged, match=":6: "):
-        fresh(ledger).alloc(Request(), owner="bob")
+        hold(fresh(ledger), JobRequest(), owner="bob")
     result = fresh(ledger).repair().value
     # seq 6 may have been acknowledged: the repair record takes 7, never reusing 6
     assert result.gaps == [[6, 6]]
@@ -121,7 +123,7 @@ def test_missing_line_is_a_gap_until_repair(ledger):
     del rows[2]
     ledger.path.write_bytes(b"\n".join(rows))
     with pytest.raises(LedgerDamaged, match=r"records 3\.\.3 are missing"):
-        fresh(ledger).alloc(Request(), owner="bob")
+        hold(fresh(ledger), JobRequest(), owner="bob")
     assert [p.kind for p in fresh(ledger).verify().problems] == ["gap", "history"]
     assert fresh(ledger).repair().value.gaps == [[3, 3]]
     assert fresh(ledger).verify().ok
@@ -152,7 +154,7 @@ def test_compaction_keeps_history_and_verify_agrees(ledger):
     after = fresh(ledger).verify(deep=True).to_dict()
     for key in ("ok", "seq", "slices", "allocations", "problems"):
         assert after[key] == before_report[key]
-    fresh(ledger).alloc(Request(), owner="bob")
+    hold(fresh(ledger), JobRequest(), owner="bob")
     fresh(ledger).compact()
     assert [r["seq"] for r in records(ledger, everything=True)] == list(range(1, 8))
     assert fresh(ledger).verify(deep=True).ok
@@ -169,13 +171,13 @@ def test_interrupted_compaction_leaves_a_readable_ledger(ledger):
     again = fresh(ledger)
     assert again.read().state == state
     assert again.verify().ok
-    assert again.alloc(Request(), owner="bob").value.id == "a-7"
+    assert hold(again, JobRequest(), owner="bob").value.id == "a-7"
     assert fresh(ledger).compact().value["records"] == 1
 
 
 def test_damaged_snapshot_is_rebuilt_from_archives(ledger):
     fresh(ledger).compact()
-    fresh(ledger).alloc(Request(), owner="bob")
+    hold(fresh(ledger), JobRequest(), owner="bob")
     state = fresh(ledger).read().state
     raw = ledger.paths.snapshot.read_bytes()
     ledger.paths.snapshot.write_bytes(raw.replace(b"alice", b"mallo"))

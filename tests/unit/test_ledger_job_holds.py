@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from gpupoolctl.ledger import Ledger, LedgerError, Request
+from gpupoolctl.ledger import Ledger, LedgerError
+from gpupoolctl.sched import JobRequest
+from gpupoolctl.sched.alloc import alloc as hold
 
 from .test_ledger_ops import Clock, make_slices
 
@@ -41,12 +43,12 @@ def test_release_refuses_a_running_jobs_allocation_and_names_the_job(ledger):
     state = ledger.read().state
     assert state.holders[SLICE] == "a-1"
     # nothing was written: the next hand-taken alloc cannot land on the job's slice
-    taken = ledger.alloc(Request(profile="1g.10gb"), owner="bob").value
+    taken = hold(ledger, JobRequest(profile="1g.10gb"), owner="bob").value
     assert SLICE not in taken.slices
 
 
 def test_release_still_ends_a_hand_taken_allocation(ledger):
-    held = ledger.alloc(Request(profile="1g.10gb"), owner="bob").value
+    held = hold(ledger, JobRequest(profile="1g.10gb"), owner="bob").value
     assert ledger.release(held.id).value.id == held.id
     assert held.id not in ledger.read().state.allocations
 
@@ -70,7 +72,7 @@ def test_tx_release_skips_an_allocation_that_expires_in_the_same_transaction(tmp
     clock = Clock()
     led = Ledger(tmp_path / "l.jsonl", durable=False, actor="t@b", clock=clock)
     led.refresh_slices(["n1"], make_slices())
-    held = led.alloc(Request(profile="1g.10gb"), owner="bob", ttl=timedelta(minutes=5)).value
+    held = hold(led, JobRequest(profile="1g.10gb"), owner="bob", ttl=timedelta(minutes=5)).value
     clock.now = datetime(2025, 6, 1, 13, 0, tzinfo=UTC)
     done = led.write(lambda tx: tx.release(held.id))
     assert done.value is False

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from gpupoolctl.errors import ExitCode
-from gpupoolctl.ledger import Ledger, LedgerError, NothingFits, Request, slices_from_facts
+from gpupoolctl.ledger import Ledger, LedgerError, NothingFits, slices_from_facts
+from gpupoolctl.sched import JobRequest
+from gpupoolctl.sched.alloc import alloc as hold
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 
@@ -59,48 +61,48 @@ def lines(led: Ledger) -> list[dict]:
 
 
 def test_best_fit_takes_the_smallest_slice_and_is_deterministic(ledger):
-    first = ledger.alloc(Request(memory_mib=9000), owner="alice").value
+    first = hold(ledger, JobRequest(memory_mib=9000), owner="alice").value
     assert first.slices == ["n1/gpu1/mig-1g.10gb@0"] and first.id == "a-2"
-    second = ledger.alloc(Request(memory_mib=9000), owner="bob").value
+    second = hold(ledger, JobRequest(memory_mib=9000), owner="bob").value
     assert second.slices == ["n1/gpu1/mig-1g.10gb@1"]
-    third = ledger.alloc(Request(memory_mib=9000), owner="carol").value
+    third = hold(ledger, JobRequest(memory_mib=9000), owner="carol").value
     assert third.slices == ["n1/gpu1/mig-3g.40gb@4"]
-    assert ledger.alloc(Request(profile="gpu"), owner="dan").value.slices == ["n1/gpu0"]
+    assert hold(ledger, JobRequest(profile="gpu"), owner="dan").value.slices == ["n1/gpu0"]
     with pytest.raises(NothingFits) as caught:
-        ledger.alloc(Request(), owner="eve")
+        hold(ledger, JobRequest(), owner="eve")
     assert caught.value.exit_code == ExitCode.NO_CAPACITY
 
 
 def test_multi_slice_alloc_is_one_record_all_or_nothing(ledger):
     with pytest.raises(NothingFits):
-        ledger.alloc(Request(profile="1g.10gb", count=3), owner="alice")
+        hold(ledger, JobRequest(profile="1g.10gb", gpus=3), owner="alice")
     assert len(lines(ledger)) == 1  # nothing written
-    held = ledger.alloc(Request(profile="1g.10gb", count=2), owner="alice").value
+    held = hold(ledger, JobRequest(profile="1g.10gb", gpus=2), owner="alice").value
     assert len(held.slices) == 2
     assert [r["op"] for r in lines(ledger)] == ["slices", "alloc"]
 
 
 def test_release_errors_say_why(ledger, clock):
-    alloc = ledger.alloc(Request(profile="gpu"), owner="alice").value
+    alloc = hold(ledger, JobRequest(profile="gpu"), owner="alice").value
     ledger.release(alloc.id)
     with pytest.raises(LedgerError, match="already released"):
         ledger.release(alloc.id)
     with pytest.raises(LedgerError, match="unknown allocation"):
         ledger.release("a-999")
-    short = ledger.alloc(Request(profile="gpu"), owner="bob", ttl=timedelta(minutes=5)).value
+    short = hold(ledger, JobRequest(profile="gpu"), owner="bob", ttl=timedelta(minutes=5)).value
     clock.now += timedelta(minutes=6)
     with pytest.raises(LedgerError, match="expired"):
         ledger.release(short.id)
 
 
 def test_expired_holds_are_free_at_read_time_and_recorded_by_next_writer(ledger, clock):
-    alloc = ledger.alloc(Request(profile="gpu"), owner="alice", ttl=timedelta(hours=8)).value
+    alloc = hold(ledger, JobRequest(profile="gpu"), owner="alice", ttl=timedelta(hours=8)).value
     assert alloc.expires == "2025-06-01T20:00:00.000Z"
     clock.now += timedelta(hours=8, seconds=1)
     view = ledger.read()
     assert view.state.holder("n1/gpu0", view.now) is None  # free, nothing written yet
     assert lines(ledger)[-1]["op"] == "alloc"
-    again = ledger.alloc(Request(profile="gpu"), owner="bob").value
+    again = hold(ledger, JobRequest(profile="gpu"), owner="bob").value
     assert again.slices == ["n1/gpu0"]
     tail = lines(ledger)[-2:]
     assert [r["op"] for r in tail] == ["expire", "alloc"]
@@ -141,9 +143,9 @@ def test_secrets_are_refused(ledger):
 
 
 def test_files_are_private(ledger):
-    ledger.alloc(Request(), owner="alice")
+    hold(ledger, JobRequest(), owner="alice")
     ledger.compact()
-    ledger.alloc(Request(), owner="alice")
+    hold(ledger, JobRequest(), owner="alice")
     paths = ledger.paths
     for path in (paths.journal, paths.lock, paths.snapshot, *paths.archive_dir.iterdir()):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
@@ -151,7 +153,7 @@ def test_files_are_private(ledger):
 
 def test_too_open_mode_is_tightened_with_a_warning(ledger):
     ledger.path.chmod(0o644)
-    done = ledger.alloc(Request(), owner="alice")
+    done = hold(ledger, JobRequest(), owner="alice")
     assert any("mode 644" in w for w in done.warnings)
     assert stat.S_IMODE(ledger.path.stat().st_mode) == 0o600
 
@@ -171,7 +173,7 @@ def test_named_folder_must_exist(tmp_path):
 
 def test_refresh_writes_only_changes_and_orphans_show_in_verify(ledger):
     assert ledger.refresh_slices(["n1"], make_slices()).value is False
-    alloc = ledger.alloc(Request(profile="3g.40gb"), owner="alice").value
+    alloc = hold(ledger, JobRequest(profile="3g.40gb"), owner="alice").value
     repartitioned = [s for s in make_slices() if "3g" not in s["id"]]
     assert ledger.refresh_slices(["n1"], repartitioned).value is True
     report = ledger.verify()
@@ -182,7 +184,7 @@ def test_refresh_writes_only_changes_and_orphans_show_in_verify(ledger):
 
 
 def test_recreated_instance_with_new_uuid_is_an_orphan(ledger):
-    alloc = ledger.alloc(Request(profile="3g.40gb"), owner="alice").value
+    alloc = hold(ledger, JobRequest(profile="3g.40gb"), owner="alice").value
     changed = [dict(s, uuid="U-new") if "3g" in s["id"] else s for s in make_slices()]
     ledger.refresh_slices(["n1"], changed)
     assert [p.where for p in ledger.verify().problems] == [alloc.id]
@@ -192,9 +194,9 @@ def test_two_handles_see_each_others_writes(tmp_path):
     one = Ledger(tmp_path / "l.jsonl", durable=False)
     two = Ledger(tmp_path / "l.jsonl", durable=False)
     one.refresh_slices(["n1"], make_slices())
-    a = two.alloc(Request(profile="gpu"), owner="x").value
+    a = hold(two, JobRequest(profile="gpu"), owner="x").value
     with pytest.raises(NothingFits):
-        one.alloc(Request(profile="gpu"), owner="y")
+        hold(one, JobRequest(profile="gpu"), owner="y")
     two.compact()  # replaces the journal: `one` must notice and reload
     one.release(a.id)
     assert two.read().state.allocations == {}
@@ -270,7 +272,7 @@ def test_a_hold_on_a_whole_amd_card_ends_when_the_card_is_cut_into_partitions(le
     whole = {"index": 0, "uuid": "GPU-m", "vendor": "amd", "memory_total_mib": 196592,
              "partition": {"compute": "SPX", "memory": "NPS1"}}  # fmt: skip
     ledger.refresh_from_facts([_Facts("m", {"gpus": [whole]})])
-    held = ledger.alloc(Request(host="m"), owner="amy").value
+    held = hold(ledger, JobRequest(host="m"), owner="amy").value
     assert held.slices == ["m/gpu0"]
     # `partition apply --force` cut it to CPX: logical GPU 0 is now its first partition,
     # with the same index (and, on the simulator, the same uuid) as the whole card had.
@@ -286,3 +288,35 @@ def test_a_hold_on_a_whole_amd_card_ends_when_the_card_is_cut_into_partitions(le
 class _Facts:
     def __init__(self, name: str, data: dict) -> None:
         self.name, self.data, self.ok = name, data, True
+
+
+def test_alloc_records_the_slices_its_chooser_names_and_alloc_s_request_form(ledger) -> None:
+    # The ledger records; the choice is the caller's (sched.alloc for `alloc`).
+    held = ledger.alloc(lambda state, now: ["n1/gpu0"], owner="ann", request={"count": 1})
+    assert held.value.slices == ["n1/gpu0"]
+    done = hold(ledger, JobRequest(gpus=2, profile="1g.10gb", host="n*"), owner="bo")
+    assert lines(ledger)[-1]["data"]["request"] == {
+        "profile": "1g.10gb",
+        "count": 2,
+        "host": "n*",
+    }
+    assert done.value.slices == ["n1/gpu1/mig-1g.10gb@0", "n1/gpu1/mig-1g.10gb@1"]
+    with pytest.raises(NothingFits, match=r"^nothing fits profile=1g.10gb, host=n\* x3: 0 "):
+        hold(ledger, JobRequest(gpus=3, profile="1g.10gb", host="n*"), owner="cy")
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        ([], "no slice chosen"),
+        (["n1/nope"], "unknown slice 'n1/nope'"),
+        (["n1/gpu0"], "n1/gpu0 is held by a-"),
+        (["n1/gpu1/mig-3g.40gb@4", "n1/gpu1/mig-3g.40gb@4"], "chosen twice"),
+    ],
+)
+def test_alloc_refuses_a_choice_that_is_not_free(ledger, ids, message) -> None:
+    ledger.alloc(lambda state, now: ["n1/gpu0"], owner="ann")
+    before = lines(ledger)
+    with pytest.raises(LedgerError, match=message):
+        ledger.alloc(lambda state, now: ids, owner="bo")
+    assert lines(ledger) == before  # nothing written

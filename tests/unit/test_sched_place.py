@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpupoolctl.errors import UsageError
-from gpupoolctl.ledger import Ledger, Request, slices_from_facts
+from gpupoolctl.ledger import Ledger, slices_from_facts
 from gpupoolctl.sched import (
     ALLOC_POLICY,
     POLICIES,
@@ -21,6 +21,7 @@ from gpupoolctl.sched import (
     PoolView,
     place,
 )
+from gpupoolctl.sched.alloc import alloc as hold
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -159,8 +160,8 @@ def test_from_state_knows_job_holds_and_ignores_expired_ones(tmp_path):
     now = T0
     ledger = Ledger(tmp_path / "l.jsonl", durable=False, actor="t@h", clock=lambda: now)
     ledger.refresh_slices(["a"], [whole("a", g) for g in range(4)])
-    manual = ledger.alloc(Request(profile="gpu"), owner="alice").value
-    short = ledger.alloc(Request(profile="gpu"), owner="bob", ttl=timedelta(minutes=5)).value
+    manual = hold(ledger, JobRequest(profile="gpu"), owner="alice").value
+    short = hold(ledger, JobRequest(profile="gpu"), owner="bob", ttl=timedelta(minutes=5)).value
     with ledger.transaction() as tx:
         alloc_id = f"a-{tx.next_seq}"
         request = JobRequest(priority=10, preemptible=True).to_dict()
