@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from gpupoolctl.sim import pynvml as fake
+import gpupoolctl.sim.pynvml as fake
 
 DRIVER_VERSION = "570.133.20"
 

@@ -41,7 +41,7 @@ def register_job(
                     )
                     found += 1
         if vendor == "amd" and isinstance(data.get("amd"), dict):
-            from gpupoolctl.sim import amdsmi as fake
+            import gpupoolctl.sim.amdsmi as fake
 
             for gpu in data["amd"].get("gpus") or []:
                 for partition in range(fake._partitions(gpu)):

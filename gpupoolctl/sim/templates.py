@@ -14,7 +14,8 @@ Builder = Callable[[str], dict[str, Any]]
 
 
 def registry() -> dict[str, Builder]:
-    from gpupoolctl.sim import amd_templates, nvidia_templates
+    import gpupoolctl.sim.amd_templates as amd_templates
+    import gpupoolctl.sim.nvidia_templates as nvidia_templates
 
     merged: dict[str, Builder] = {}
     merged.update(nvidia_templates.TEMPLATES)
