@@ -28,9 +28,19 @@ usual); not launched -> slices released and the job queued again. A pending job 
 holds its slices for longer than its submitter lives, and a running one is always recorded.
 """
 
+from gpupoolctl.jobs.api import Jobs
 from gpupoolctl.jobs.errors import JobError, NeverFits, NoSuchJob
 from gpupoolctl.jobs.nodes import Nodes
-from gpupoolctl.jobs.service import Jobs, Outcome
+from gpupoolctl.jobs.service import JobsCore, Outcome
 from gpupoolctl.jobs.spec import JobSpec
 
-__all__ = ["JobError", "JobSpec", "Jobs", "NeverFits", "NoSuchJob", "Nodes", "Outcome"]
+__all__ = [
+    "JobError",
+    "JobSpec",
+    "Jobs",
+    "JobsCore",
+    "NeverFits",
+    "NoSuchJob",
+    "Nodes",
+    "Outcome",
+]

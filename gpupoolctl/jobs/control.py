@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupoolctl.errors import ExitCode, UsageError
-from gpupoolctl.jobs import reaping, scheduling
+from gpupoolctl.jobs import reaping, scheduling, stopping
 from gpupoolctl.jobs.errors import JobError, NoSuchJob
-from gpupoolctl.jobs.service import Jobs, Outcome, age_s
+from gpupoolctl.jobs.service import JobsCore, Outcome, age_s, find
 from gpupoolctl.ledger import Transaction
 
 ACTIVE = ("queued", "pending", "running")
@@ -20,16 +20,8 @@ FOLLOW_INTERVAL_S = (0.1, 1.0)  # first and longest wait between polls while fol
 CANCEL_SETTLE_S = 10.0
 
 
-def find(jobs: Jobs, job_id: str) -> dict[str, Any]:
-    state = jobs.read().state
-    job = state.jobs.get(job_id) or state.finished.get(job_id)
-    if job is None:
-        raise NoSuchJob(f"no job {job_id!r} (see `gpupoolctl jobs --all`)")
-    return job
-
-
 def cancel(
-    jobs: Jobs,
+    jobs: JobsCore,
     job_id: str,
     grace_s: float | None = None,
     *,
@@ -70,7 +62,7 @@ def cancel(
         job = _settle_launch(jobs, job, settle_s, sleep)
     if job.get("state") not in ACTIVE:
         return job
-    job = stop_cancelled(jobs, job)
+    job = stopping.stop_cancelled(jobs, job)
     if job.get("state") == "done":  # it had exited 0 on its own before the cancel
         raise JobError(f"{job_id} has already ended (done, exit code {job.get('exit_code')})")
     if job.get("state") in ACTIVE:
@@ -82,7 +74,7 @@ def cancel(
     return job
 
 
-def forget(jobs: Jobs, job_id: str, *, who: str) -> dict[str, Any]:
+def forget(jobs: JobsCore, job_id: str, *, who: str) -> dict[str, Any]:
     """End a job in the ledger without asking its node (one that is gone for good): it is
     recorded failed and its slices released in one transaction. What may still run on the
     node is not stopped: that is the price of not asking."""
@@ -107,7 +99,7 @@ def forget(jobs: Jobs, job_id: str, *, who: str) -> dict[str, Any]:
 
 
 def _settle_launch(
-    jobs: Jobs, job: dict[str, Any], settle_s: float, sleep: Callable[[float], None]
+    jobs: JobsCore, job: dict[str, Any], settle_s: float, sleep: Callable[[float], None]
 ) -> dict[str, Any]:
     """Fence and settle a pending job marked cancelled, until it is no longer pending."""
     deadline = time.monotonic() + settle_s
@@ -127,16 +119,8 @@ def _settle_launch(
         delay = min(delay * 1.5, FOLLOW_INTERVAL_S[1])
 
 
-def stop_cancelled(jobs: Jobs, job: dict[str, Any]) -> dict[str, Any]:
-    """SIGTERM a running job marked cancelled, wait its grace, SIGKILL, reap: its record."""
-    grace = float((job.get("cancel") or {}).get("grace_s") or 0)
-    scheduling.stop(jobs, [job], grace_s=grace)
-    reaping.reap(jobs, only={job["id"]})
-    return find(jobs, job["id"])
-
-
 def _read_logs(
-    jobs: Jobs, job_id: str, args: dict[str, Any], host: str | None = None
+    jobs: JobsCore, job_id: str, args: dict[str, Any], host: str | None = None
 ) -> tuple[str, dict[str, Any]]:
     """Ask the job's node (its first, or the one on `host`) the agent's `logs` verb with
     `args`: (that host, its answer)."""
@@ -157,14 +141,14 @@ def _read_logs(
     return node["host"], dict(result.data)
 
 
-def _both_streams(jobs: Jobs, job_id: str, offsets: dict[str, int]) -> dict[str, Any]:
+def _both_streams(jobs: JobsCore, job_id: str, offsets: dict[str, int]) -> dict[str, Any]:
     """The next chunk of stdout and of stderr of the job's first node, in one round trip:
     {"streams": {name: chunk}, "state"}."""
     return _read_logs(jobs, job_id, {"streams": dict(offsets)})[1]
 
 
 def logs(
-    jobs: Jobs,
+    jobs: JobsCore,
     job_id: str,
     *,
     stream: str = "stdout",
@@ -178,7 +162,7 @@ def logs(
     return {**data, "host": where, "job": job_id}
 
 
-def listing(jobs: Jobs, *, everything: bool = False, recent_s: float = 3600.0) -> list[dict]:
+def listing(jobs: JobsCore, *, everything: bool = False, recent_s: float = 3600.0) -> list[dict]:
     """Active jobs, and those that ended within `recent_s` (all since the last compaction
     with `everything`), oldest first."""
     state = jobs.read().state
@@ -191,7 +175,7 @@ def listing(jobs: Jobs, *, everything: bool = False, recent_s: float = 3600.0) -
     return sorted(chosen, key=lambda j: int(str(j["id"]).removeprefix("j-") or 0))
 
 
-def waiting_reasons(jobs: Jobs, view: Any = None) -> dict[str, str]:
+def waiting_reasons(jobs: JobsCore, view: Any = None) -> dict[str, str]:
     """Why each queued job waits, from the scheduler's own pass (sched.schedule_pass, as
     `schedule` runs it, elastic re-cuts included) on the ledger as it is now, on a view
     that is thrown away (writes nothing): what does not fit and why, the re-cut it waits
@@ -276,7 +260,7 @@ def row(job: dict[str, Any], now: float | None = None) -> dict[str, Any]:
     }
 
 
-def refresh(jobs: Jobs) -> Outcome:
+def refresh(jobs: JobsCore) -> Outcome:
     """Settle launches left half-done, record the jobs that ended (releasing their slices),
     then one schedule pass. Returns the pass's outcome (its events)."""
     reaping.recover(jobs)
@@ -337,7 +321,7 @@ def exit_code_of(job: dict[str, Any]) -> int:
 
 
 def follow(
-    jobs: Jobs,
+    jobs: JobsCore,
     job_id: str,
     *,
     output: bool = True,

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from gpupoolctl.jobs.nodes import Call
-from gpupoolctl.jobs.service import KILL_WAIT_S, Jobs, age_s, node_id
+from gpupoolctl.jobs.service import KILL_WAIT_S, JobsCore, age_s, node_id
 from gpupoolctl.ledger import Transaction
 
 PENDING_STALE_S = 600.0  # a pending job of another workstation is settled after this long
@@ -29,7 +29,7 @@ def _wanted(jobs_list: list[dict[str, Any]]) -> dict[str, list[str]]:
     return wanted
 
 
-def _statuses(jobs: Jobs, job: dict[str, Any], answers: dict[str, Any]) -> list[dict] | None:
+def _statuses(jobs: JobsCore, job: dict[str, Any], answers: dict[str, Any]) -> list[dict] | None:
     """Each node's status for this job, or None when some node could not be asked."""
     out = []
     for node in job.get("nodes") or []:
@@ -42,7 +42,7 @@ def _statuses(jobs: Jobs, job: dict[str, Any], answers: dict[str, Any]) -> list[
     return out
 
 
-def reap(jobs: Jobs, only: set[str] | None = None) -> list[dict[str, Any]]:
+def reap(jobs: JobsCore, only: set[str] | None = None) -> list[dict[str, Any]]:
     """Poll running jobs (all, or the ids in `only`: then only their nodes are asked);
     record and release the ones that ended. Returns their records."""
     state = jobs.read().state
@@ -80,7 +80,7 @@ def _overdue(job: dict[str, Any]) -> bool:
     return time.time() > float(marker.get("at") or 0) + float(marker.get("grace_s") or 0) + 2
 
 
-def _kill(jobs: Jobs, targets: list[dict[str, Any]]) -> None:
+def _kill(jobs: JobsCore, targets: list[dict[str, Any]]) -> None:
     calls = [
         Call(n["host"], "signal", {"job_id": n["node_id"], "signal": "KILL", "wait_s": KILL_WAIT_S})
         for job in targets
@@ -90,7 +90,7 @@ def _kill(jobs: Jobs, targets: list[dict[str, Any]]) -> None:
 
 
 def _finish(
-    jobs: Jobs, tx: Transaction, job: dict[str, Any], statuses: list[dict[str, Any]]
+    jobs: JobsCore, tx: Transaction, job: dict[str, Any], statuses: list[dict[str, Any]]
 ) -> dict[str, Any] | None:
     current = jobs.still(tx, job, "running")
     if current is None:
@@ -155,7 +155,7 @@ def _submitter_alive(job: dict[str, Any]) -> bool:
     return age is None or age < PENDING_STALE_S
 
 
-def recover(jobs: Jobs) -> list[dict[str, Any]]:
+def recover(jobs: JobsCore) -> list[dict[str, Any]]:
     """Settle pending jobs whose submitter is gone. Returns what became of them."""
     state = jobs.read().state
     stale = [
@@ -164,7 +164,7 @@ def recover(jobs: Jobs) -> list[dict[str, Any]]:
     return [settle_pending(jobs, job, submitter_gone=True) for job in stale]
 
 
-def settle_pending(jobs: Jobs, job: dict[str, Any], *, submitter_gone: bool) -> dict[str, Any]:
+def settle_pending(jobs: JobsCore, job: dict[str, Any], *, submitter_gone: bool) -> dict[str, Any]:
     """Ask the node(s), fencing: launched -> running; never launched -> released, queued
     (cancelled when it is marked cancel)."""
     answers = jobs.nodes.poll(_wanted([job]), fence=True)
@@ -222,7 +222,7 @@ def settle_pending(jobs: Jobs, job: dict[str, Any], *, submitter_gone: bool) -> 
     return done.value or job
 
 
-def _unclaim(jobs: Jobs, tx: Transaction, job: dict[str, Any]) -> None:
+def _unclaim(jobs: JobsCore, tx: Transaction, job: dict[str, Any]) -> None:
     if jobs.still(tx, job, "pending") is not None and tx.state.jobs[job["id"]].get("submitter"):
         tx.append("job", {"id": job["id"], "state": "pending", "submitter": None})
 

@@ -23,10 +23,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupoolctl.jobs import hooks, reshape
+from gpupoolctl.jobs import hooks, launching, reaping, reshape, stopping
 from gpupoolctl.jobs.errors import JobError
-from gpupoolctl.jobs.nodes import Call
-from gpupoolctl.jobs.service import KILL_WAIT_S, Jobs, Outcome
+from gpupoolctl.jobs.service import JobsCore, Outcome
 from gpupoolctl.ledger import State, Transaction
 from gpupoolctl.ledger.units import parse_ts
 from gpupoolctl.sched import PassResult, QueueEntry, schedule_pass
@@ -44,9 +43,7 @@ class _Round:
     reshapes: list[reshape.Reserved] = field(default_factory=list)
 
 
-def schedule(jobs: Jobs) -> Outcome:
-    from gpupoolctl.jobs import reaping
-
+def schedule(jobs: JobsCore) -> Outcome:
     outcome = Outcome()
     preempted_for: set[str] = set()  # entries this call has stopped victims for already
     waiting: list[dict[str, Any]] = []
@@ -58,7 +55,7 @@ def schedule(jobs: Jobs) -> Outcome:
         waiting = found.waiting
         for job in found.placed:
             hooks.crash_point("placed")
-            launched = jobs.launch(job)
+            launched = launching.launch(jobs, job)
             outcome.events.append(
                 {
                     "event": "started" if launched.get("state") == "running" else "launch-failed",
@@ -69,7 +66,7 @@ def schedule(jobs: Jobs) -> Outcome:
             )
         if found.victims_for is not None:
             preempted_for.add(found.victims_for.id)
-            stop(jobs, found.victims)
+            stopping.stop(jobs, found.victims)
             victims = [v["id"] for v in found.victims]
             outcome.events.append(
                 {"event": "preempted", "job": found.victims_for.job, "victims": victims}
@@ -90,7 +87,7 @@ def schedule(jobs: Jobs) -> Outcome:
     return outcome
 
 
-def _decide(jobs: Jobs, tx: Transaction, preempted_for: frozenset[str]) -> _Round:
+def _decide(jobs: JobsCore, tx: Transaction, preempted_for: frozenset[str]) -> _Round:
     """One pass of the scheduler (sched.schedule_pass) on the ledger as it is inside this
     transaction, and its records: placements (dequeue, alloc, job pending), refusals,
     preemption marks, re-cut reservations. Side effects on nodes come after, outside."""
@@ -144,7 +141,7 @@ def _decide(jobs: Jobs, tx: Transaction, preempted_for: frozenset[str]) -> _Roun
     return found
 
 
-def _record(jobs: Jobs, tx: Transaction, found: _Round, result: PassResult) -> None:
+def _record(jobs: JobsCore, tx: Transaction, found: _Round, result: PassResult) -> None:
     """Placements and refusals of a pass, in the pass's order."""
     for entry, placement in result.placed:
         job = tx.state.jobs[str(entry.job)]
@@ -205,36 +202,3 @@ def _mark_victims(tx: Transaction, chosen: list[str], by: str) -> list[dict[str,
         )
         marked.append(tx.state.jobs[job_id])
     return marked
-
-
-def stop(jobs: Jobs, targets: list[dict[str, Any]], grace_s: float | None = None) -> None:
-    """SIGTERM every node of every job, wait up to its grace, then SIGKILL what is left."""
-    if not targets:
-        return
-    calls = []
-    for job in targets:
-        grace = grace_s if grace_s is not None else float(job.get("grace_s") or 0)
-        for node in job.get("nodes") or []:
-            calls.append(
-                Call(
-                    node["host"],
-                    "signal",
-                    {"job_id": node["node_id"], "signal": "TERM", "wait_s": grace},
-                )
-            )
-    results = jobs.nodes.call(calls)
-    again = []
-    for call, result in zip(calls, results, strict=True):
-        if not result.ok:
-            jobs.host_failed(call.host, f"{result.outcome}: {result.error}")
-        elif result.data.get("state") == "running":
-            again.append(
-                Call(
-                    call.host,
-                    "signal",
-                    {"job_id": call.args["job_id"], "signal": "KILL", "wait_s": KILL_WAIT_S},
-                )
-            )
-    for call, result in zip(again, jobs.nodes.call(again), strict=True):
-        if not result.ok:
-            jobs.host_failed(call.host, f"{result.outcome}: {result.error}")

@@ -1,4 +1,5 @@
-"""Jobs: submit, place and launch, with every step recorded in the ledger first.
+"""The core every job step shares: the ledger, the nodes, placement and the records, each
+step recorded in the ledger first.
 
 Side effects on nodes (launch, signal) happen outside the ledger lock; decisions and their
 records happen inside it, against the state as it is at that moment. A step whose record
@@ -16,8 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gpupoolctl.jobs import hooks, rendezvous
-from gpupoolctl.jobs.errors import JobError, NeverFits
+from gpupoolctl.jobs.errors import JobError, NoSuchJob
 from gpupoolctl.jobs.nodes import Call, Nodes
 from gpupoolctl.jobs.spec import JobSpec
 from gpupoolctl.ledger import Ledger, State, Transaction, View
@@ -56,7 +56,11 @@ class Outcome:
     events: list[dict[str, Any]] = field(default_factory=list)
 
 
-class Jobs:
+class JobsCore:
+    """The ledger, the nodes and the decisions every job step shares: records, placement,
+    the elastic inputs. The steps themselves (submit, launch, reap, schedule, stop) are
+    modules above this one; gpupoolctl.jobs.Jobs puts the two together."""
+
     def __init__(
         self,
         ledger: Ledger,
@@ -331,137 +335,14 @@ class Jobs:
                 return nofit
         return NoFit("it would wait behind the queue", never=False)
 
-    def submit(self, spec: JobSpec) -> Outcome:
-        """Queue the job, then run a schedule pass: it starts now if it fits (or if
-        preempting allows), else waits in the queue. NeverFits when it never could."""
-        from gpupoolctl.jobs import reaping, scheduling
 
-        spec.validate()
-        reaping.recover(self)
-        reaping.reap(self)
-
-        def build(tx: Transaction) -> str:
-            result = self.place(tx.state, spec.request, tx.now, spec.policy)
-            if (
-                isinstance(result, NoFit)
-                and result.never
-                and not self.recut_could_serve(tx.state, spec.request, tx.now)
-            ):
-                check_names(spec.request, tx.state.slices.values())
-                raise NeverFits(f"the pool can never satisfy this request: {result.reason}")
-            job_id = f"j-{tx.next_seq}"
-            job = {"id": job_id, "owner": self.owner, "run": 0, **spec.record()}
-            tx.append("job", {**job, "state": "queued"})
-            self.enqueue(tx, job)
-            return job_id
-
-        done = self.ledger.write(build)
-        self.warnings.extend(done.warnings)
-        job_id: str = done.value
-        hooks.crash_point("queued")
-        outcome = scheduling.schedule(self)
-        outcome.job_id = job_id
-        state = self.read().state
-        job = state.jobs.get(job_id) or state.finished.get(job_id) or {}
-        outcome.state = job.get("state")
-        outcome.placement = job.get("placement")
-        outcome.reason = job.get("error") or job.get("reason")
-        if outcome.state == "queued":
-            waiting = [e for e in outcome.events if e.get("job") == job_id and e.get("reason")]
-            outcome.reason = waiting[-1]["reason"] if waiting else None
-        return outcome
-
-    # -- launch -----------------------------------------------------------------------------
-
-    def launch(self, job: dict[str, Any]) -> dict[str, Any]:
-        """Start a pending job on its node(s) and record running, or failed (released)."""
-        nodes_of_job = job["nodes"]
-        first = self.nodes.targets.get(nodes_of_job[0]["host"])
-        address = first.peer_address() if first is not None else str(nodes_of_job[0]["host"])
-        calls = [
-            Call(
-                node["host"],
-                "launch",
-                {
-                    "job_id": node["node_id"],
-                    "argv": job["argv"],
-                    "env": {
-                        **rendezvous.node_env(job["id"], nodes_of_job, index, address),
-                        **(job.get("env") or {}),
-                    },
-                    "workdir": job.get("workdir"),
-                    "devices": node["devices"],
-                },
-            )
-            for index, node in enumerate(nodes_of_job)
-        ]
-        results = self.nodes.call(calls)
-        hooks.crash_point("launched")
-        nodes = [dict(n) for n in job["nodes"]]
-        unsure: list[int] = []
-        errors: list[str] = []
-        for index, result in enumerate(results):
-            if result.ok:
-                nodes[index]["pid"] = result.data.get("pid")
-                nodes[index]["started"] = result.data.get("started")
-            elif result.outcome == "unreachable" or result.error_type in _NOT_LAUNCHED:
-                errors.append(f"{result.name}: {result.error}")
-            else:
-                unsure.append(index)  # timed out, or no answer: did it start? ask the node
-        if unsure:
-            from gpupoolctl.jobs import reaping
-
-            recorded = reaping.settle_pending(self, job, submitter_gone=True)
-        else:
-            recorded = self._record_launch(job, nodes, errors)
-        if recorded.get("state") == "running" and recorded.get("cancel"):
-            # Cancelled while it was being launched (see control.cancel): stop it now.
-            from gpupoolctl.jobs import control
-
-            return control.stop_cancelled(self, recorded)
-        return recorded
-
-    def _record_launch(
-        self, job: dict[str, Any], nodes: list[dict[str, Any]], errors: list[str]
-    ) -> dict[str, Any]:
-        started = [n for n in nodes if n.get("pid")]
-
-        def build(tx: Transaction) -> dict[str, Any] | None:
-            current = self.still(tx, job, "pending")
-            if current is None:
-                return None  # a recovery pass (or cancel) settled it meanwhile
-            if not errors:
-                tx.append(
-                    "job",
-                    {"id": job["id"], "state": "running", "nodes": nodes, "submitter": None},
-                )
-            else:
-                # A job cancelled while being launched ends cancelled, whatever the launch did.
-                cancelled = current.get("cancel")
-                tx.append(
-                    "job",
-                    {
-                        "id": job["id"],
-                        "state": "cancelled" if cancelled else "failed",
-                        "reason": "cancelled" if cancelled else None,
-                        "error": "launch failed: " + "; ".join(errors),
-                        "nodes": nodes,
-                        "submitter": None,
-                    },
-                )
-                tx.release(job["alloc"])
-            return tx.state.jobs.get(job["id"]) or tx.state.finished.get(job["id"])
-
-        done = self.ledger.write(build)
-        if errors and started:  # a multi-node job half started: stop the started part
-            self.nodes.call(
-                [
-                    Call(n["host"], "signal", {"job_id": n["node_id"], "signal": "KILL"})
-                    for n in started
-                ]
-            )
-        hooks.crash_point("recorded")
-        return done.value or {}
+def find(jobs: JobsCore, job_id: str) -> dict[str, Any]:
+    """The job as the ledger has it (live or recently ended); NoSuchJob otherwise."""
+    state = jobs.read().state
+    job = state.jobs.get(job_id) or state.finished.get(job_id)
+    if job is None:
+        raise NoSuchJob(f"no job {job_id!r} (see `gpupoolctl jobs --all`)")
+    return job
 
 
 def age_s(ts: str | None, now: float) -> float | None:

@@ -37,8 +37,8 @@ from gpupoolctl.sched.request import JobRequest, host_matches, shape_matches
 
 if TYPE_CHECKING:
     from gpupoolctl.policy import ElasticPolicy, ElasticRule
+    from gpupoolctl.sched.entry import QueueEntry
     from gpupoolctl.sched.pool import PoolView
-    from gpupoolctl.sched.queue import QueueEntry
 
 InHosts = Callable[[str, str], bool]  # (--limit pattern, host) -> selected
 

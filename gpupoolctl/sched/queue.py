@@ -24,9 +24,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpupoolctl.sched import elastic as elastic_rules
+from gpupoolctl.sched.entry import QueueEntry
 from gpupoolctl.sched.place import NoFit, Placement, place
 from gpupoolctl.sched.pool import Holder, PoolView
 from gpupoolctl.sched.preempt import choose_preemption
@@ -38,34 +39,6 @@ if TYPE_CHECKING:
 
 AGING_INTERVAL = timedelta(minutes=2)
 AGING_CAP = PRIORITY_MAX
-
-
-@dataclass(frozen=True)
-class QueueEntry:
-    id: str
-    priority: int
-    seq: int  # arrival order (the ledger seq of the enqueue record)
-    enqueued: datetime
-    request: JobRequest = field(default_factory=JobRequest)
-    job: str | None = None
-    owner: str = ""
-    policy: str | None = None  # the job's placement policy; None: the pass's
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any], policy: str | None = None) -> QueueEntry:
-        """From a ledger State.queue value ({id, owner, priority, request, job, seq, ts})."""
-        from gpupoolctl.ledger.units import parse_ts
-
-        return cls(
-            policy=policy,
-            id=str(record["id"]),
-            priority=int(record.get("priority", 0)),
-            seq=int(record["seq"]),
-            enqueued=parse_ts(str(record["ts"])),
-            request=JobRequest.from_dict(dict(record.get("request") or {})),
-            job=record.get("job"),
-            owner=str(record.get("owner", "")),
-        )
 
 
 def queue_entries(state: State) -> list[QueueEntry]:

@@ -18,7 +18,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gpupoolctl.errors import ExitCode
-from gpupoolctl.jobs import Jobs, JobSpec, Nodes, control, scheduling
+from gpupoolctl.jobs import Jobs, JobSpec, Nodes, control, launching, scheduling
 from gpupoolctl.ledger import Ledger
 from gpupoolctl.remote.results import HostResult
 from gpupoolctl.remote.target import target_from_vars
@@ -267,7 +267,7 @@ def test_cancel_of_a_pending_job_that_did_start_stops_it(path: Path) -> None:
 
     assert cancelled["state"] == "cancelled" and cancelled["exit_code"] == 143
     assert node.terms == [job_id]
-    launcher._record_launch(pending, [{**pending["nodes"][0], "pid": 4242}], [])
+    launching._record_launch(launcher, pending, [{**pending["nodes"][0], "pid": 4242}], [])
     assert state_of(launcher, job_id)["state"] == "cancelled"  # the late record changed nothing
     assert launcher.ledger.read().state.allocations == {}
 

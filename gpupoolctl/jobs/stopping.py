@@ -1,0 +1,51 @@
+"""Stopping jobs on their nodes: SIGTERM, the grace period, SIGKILL; and a cancelled job's
+end (stopped, then reaped)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpupoolctl.jobs import reaping
+from gpupoolctl.jobs.nodes import Call
+from gpupoolctl.jobs.service import KILL_WAIT_S, JobsCore, find
+
+
+def stop(jobs: JobsCore, targets: list[dict[str, Any]], grace_s: float | None = None) -> None:
+    """SIGTERM every node of every job, wait up to its grace, then SIGKILL what is left."""
+    if not targets:
+        return
+    calls = []
+    for job in targets:
+        grace = grace_s if grace_s is not None else float(job.get("grace_s") or 0)
+        for node in job.get("nodes") or []:
+            calls.append(
+                Call(
+                    node["host"],
+                    "signal",
+                    {"job_id": node["node_id"], "signal": "TERM", "wait_s": grace},
+                )
+            )
+    results = jobs.nodes.call(calls)
+    again = []
+    for call, result in zip(calls, results, strict=True):
+        if not result.ok:
+            jobs.host_failed(call.host, f"{result.outcome}: {result.error}")
+        elif result.data.get("state") == "running":
+            again.append(
+                Call(
+                    call.host,
+                    "signal",
+                    {"job_id": call.args["job_id"], "signal": "KILL", "wait_s": KILL_WAIT_S},
+                )
+            )
+    for call, result in zip(again, jobs.nodes.call(again), strict=True):
+        if not result.ok:
+            jobs.host_failed(call.host, f"{result.outcome}: {result.error}")
+
+
+def stop_cancelled(jobs: JobsCore, job: dict[str, Any]) -> dict[str, Any]:
+    """SIGTERM a running job marked cancelled, wait its grace, SIGKILL, reap: its record."""
+    grace = float((job.get("cancel") or {}).get("grace_s") or 0)
+    stop(jobs, [job], grace_s=grace)
+    reaping.reap(jobs, only={job["id"]})
+    return find(jobs, job["id"])

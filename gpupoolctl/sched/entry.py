@@ -1,0 +1,37 @@
+"""A queue entry as the scheduler sees it: who waits, for what, since when."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpupoolctl.sched.request import JobRequest
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    id: str
+    priority: int
+    seq: int  # arrival order (the ledger seq of the enqueue record)
+    enqueued: datetime
+    request: JobRequest = field(default_factory=JobRequest)
+    job: str | None = None
+    owner: str = ""
+    policy: str | None = None  # the job's placement policy; None: the pass's
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], policy: str | None = None) -> QueueEntry:
+        """From a ledger State.queue value ({id, owner, priority, request, job, seq, ts})."""
+        from gpupoolctl.ledger.units import parse_ts
+
+        return cls(
+            policy=policy,
+            id=str(record["id"]),
+            priority=int(record.get("priority", 0)),
+            seq=int(record["seq"]),
+            enqueued=parse_ts(str(record["ts"])),
+            request=JobRequest.from_dict(dict(record.get("request") or {})),
+            job=record.get("job"),
+            owner=str(record.get("owner", "")),
+        )
