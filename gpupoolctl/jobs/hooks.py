@@ -1,7 +1,8 @@
 """A test hook: die at a named step, to prove every step leaves a state recovery settles.
 
-GPUPOOL_TEST_CRASH_AFTER=<step> (queued, placed, launched, recorded, or 1..4 in that order)
-makes the process SIGKILL itself right after that step. Unset in real use.
+GPUPOOL_TEST_CRASH_AFTER=<step> (queued, placed, launched, recorded, or 1..4 in that order;
+or an elastic re-cut's reshape-reserved / reshape-applied) makes the process SIGKILL itself
+right after that step. Unset in real use.
 """
 
 from __future__ import annotations

@@ -22,10 +22,40 @@ from gpupoolctl.sched.elastic import Recut
 ELASTIC_LABEL = "elastic"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Reserved:
+    """A reshape recorded as reserved: what closing it records again."""
+
     id: str
-    recut: Recut
+    gpu: str
+    host: str
+    index: int
+    before: str
+    after: str
+    reason: str
+    jobs: tuple[str, ...]
+    recut: Recut | None = None  # None when found in the ledger (recovery)
+
+    @classmethod
+    def of(cls, reshape_id: str, recut: Recut) -> Reserved:
+        card = recut.card
+        return cls(
+            reshape_id, card.key, card.host, card.index, recut.before, recut.after,
+            recut.reason, recut.jobs, recut,
+        )  # fmt: skip
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Reserved:
+        return cls(
+            id=str(record["id"]),
+            gpu=str(record["gpu"]),
+            host=str(record["host"]),
+            index=int(record["index"]),
+            before=str(record.get("before") or ""),
+            after=str(record.get("after") or ""),
+            reason=str(record.get("reason") or ""),
+            jobs=tuple(str(j) for j in record.get("jobs") or ()),
+        )
 
 
 def reserve(tx: Transaction, recut: Recut) -> Reserved | None:
@@ -53,9 +83,63 @@ def reserve(tx: Transaction, recut: Recut) -> Reserved | None:
             "layout": [list(p) for p in recut.layout],
             "reason": recut.reason,
             "jobs": list(recut.jobs),
+            "by": _this_process(),
         },
     )
-    return Reserved(reshape_id, recut)
+    return Reserved.of(reshape_id, recut)
+
+
+def _this_process() -> dict[str, Any]:
+    import os
+    import socket
+
+    from gpupoolctl.hw.proc import proc_start
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": proc_start(os.getpid())}
+
+
+# A reservation whose process cannot be checked (made on another workstation) is taken as
+# abandoned after this long: a re-cut takes seconds, an AMD memory change minutes.
+ABANDONED_AFTER_S = 3600.0
+
+
+def _abandoned(record: Mapping[str, Any], now: float) -> bool:
+    import socket
+
+    from gpupoolctl.hw.proc import alive
+    from gpupoolctl.ledger.units import parse_ts
+
+    who = record.get("by") or {}
+    if who.get("host") == socket.gethostname():
+        return not alive(int(who.get("pid") or 0), who.get("start"))
+    return now - parse_ts(str(record["ts"])).timestamp() > ABANDONED_AFTER_S
+
+
+def recover(jobs: Any) -> list[dict[str, Any]]:
+    """Close re-cuts whose pass ended before it finished them (killed, crashed): their
+    hosts' slices are read again (the card is whatever the node says it is now, the agent
+    having rolled back or finished), and the reshape is recorded failed, so the card is
+    usable again after its back-off. Returns one event per reshape closed."""
+    import time
+
+    state = jobs.read().state
+    now = time.time()
+    stale = [r for r in state.reshapes.values() if _abandoned(r, now)]
+    if not stale:
+        return []
+    hosts = sorted({str(r["host"]) for r in stale})
+    results = jobs.nodes.call([Call(h, "facts", {}) for h in hosts])
+    read = [r for r in results if r.ok]
+    if read:
+        jobs.warnings.extend(jobs.ledger.refresh_from_facts(read).warnings)
+    unread = {r.name for r in results if not r.ok}
+    items, errors = [], {}
+    for record in stale:
+        if record["host"] in unread:
+            continue  # its node cannot say what the card is now: keep it reserved
+        items.append(Reserved.from_record(record))
+        errors[str(record["id"])] = "interrupted: the pass that reserved it ended first"
+    return close(jobs, items, errors)
 
 
 def spec_for(recut: Recut) -> Any:
@@ -110,12 +194,13 @@ def execute(jobs: Any, reserved: Sequence[Reserved]) -> list[dict[str, Any]]:
 
     if not reserved:
         return []
-    hosts = sorted({r.recut.card.host for r in reserved})
+    hosts = sorted({r.host for r in reserved})
     answers = jobs.nodes.call([Call(h, "facts", {}) for h in hosts])
     facts = dict(zip(hosts, answers, strict=True))
     errors: dict[str, str] = {}
     plans: dict[str, list[Any]] = {}
     for item in reserved:
+        assert item.recut is not None  # made by this pass
         card = item.recut.card
         result = facts[card.host]
         if not result.ok:
@@ -145,12 +230,12 @@ def execute(jobs: Any, reserved: Sequence[Reserved]) -> list[dict[str, Any]]:
             by_index = {g.get("index"): g for g in answer.data.get("gpus") or []}
         for item, _ in items:
             if not answer.ok:
-                errors[item.id] = f"{item.recut.card.host}: {answer.outcome}: {answer.error}"
+                errors[item.id] = f"{item.host}: {answer.outcome}: {answer.error}"
                 continue
-            outcome = by_index.get(item.recut.card.index)
+            outcome = by_index.get(item.index)
             if outcome is None or not outcome.get("ok"):
                 why = (outcome or {}).get("error") or "the node did not report it"
-                errors[item.id] = f"{item.recut.card.key}: {why} (rolled back)"
+                errors[item.id] = f"{item.gpu}: {why} (rolled back)"
     hooks.crash_point("reshape-applied")
     # Every host that was sent a request may have changed, answered or not: read it again.
     touched = sorted({c.host for c in calls})
@@ -173,13 +258,13 @@ def close(jobs: Any, reserved: Sequence[Reserved], errors: Mapping[str, str]) ->
             data = {
                 "id": item.id,
                 "state": "failed" if error else "done",
-                "gpu": item.recut.card.key,
-                "host": item.recut.card.host,
-                "index": item.recut.card.index,
-                "before": item.recut.before,
-                "after": item.recut.after,
-                "reason": item.recut.reason,
-                "jobs": list(item.recut.jobs),
+                "gpu": item.gpu,
+                "host": item.host,
+                "index": item.index,
+                "before": item.before,
+                "after": item.after,
+                "reason": item.reason,
+                "jobs": list(item.jobs),
             }
             if error:
                 data["error"] = error
@@ -187,10 +272,10 @@ def close(jobs: Any, reserved: Sequence[Reserved], errors: Mapping[str, str]) ->
             events.append(
                 {
                     "event": "reshape-failed" if error else "reshaped",
-                    "gpu": item.recut.card.key,
-                    "before": item.recut.before,
-                    "after": item.recut.after,
-                    "jobs": list(item.recut.jobs),
+                    "gpu": item.gpu,
+                    "before": item.before,
+                    "after": item.after,
+                    "jobs": list(item.jobs),
                     "error": error,
                 }
             )

@@ -44,7 +44,7 @@ class _Round:
 
 
 def schedule(jobs: JobsCore) -> Outcome:
-    outcome = Outcome()
+    outcome = Outcome(events=reshape.recover(jobs))
     preempted_for: set[str] = set()  # entries this call has stopped victims for already
     waiting: list[dict[str, Any]] = []
     for _ in range(MAX_ROUNDS):

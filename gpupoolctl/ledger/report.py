@@ -17,7 +17,8 @@ def slice_rows(
 ) -> list[dict[str, Any]]:
     """One dict per slice (host, slice, kind, profile, memory_mib, state, owner, alloc,
     expires, uuid), grouped by host in ledger order, each host's slices in fit order.
-    `hosts`: only these hosts (None: all). `state` is "held" or "free" as of `now`."""
+    `hosts`: only these hosts (None: all). `state` is "held", "re-cutting" (its card is
+    reserved for an elastic re-cut) or "free" as of `now`."""
     rows = []
     by_host: dict[str, list[dict[str, Any]]] = {}
     for entry in state.slices.values():
@@ -33,7 +34,7 @@ def slice_rows(
                     "kind": entry.get("kind"),
                     "profile": entry.get("profile"),
                     "memory_mib": entry.get("memory_mib"),
-                    "state": "held" if holder else "free",
+                    "state": state.slice_state(entry["id"], now),
                     "owner": holder.owner if holder else None,
                     "alloc": holder.id if holder else None,
                     "expires": holder.expires if holder else None,
@@ -71,7 +72,7 @@ def pool_report(
             },
         )
         node["total"] += 1
-        node[row["state"]] += 1
+        node["free" if row["state"] == "free" else "held"] += 1  # re-cutting: not free
         if row["state"] == "free":
             node["free_mib"] += int(row.get("memory_mib") or 0)
             shapes = node["free_shapes"]

@@ -258,11 +258,20 @@ class State:
 
     def slice_state(self, slice_id: str, now: str) -> str:
         """The slice's state at `now`: held while an allocation holds it (an expired one
-        does not), free otherwise. What exports and reports show."""
-        return "held" if self.holder(slice_id, now) is not None else "free"
+        does not), re-cutting while its card is reserved for an elastic re-cut (nothing may
+        take it), free otherwise. What exports and reports show."""
+        if self.holder(slice_id, now) is not None:
+            return "held"
+        if self.reshapes and card_key(self.slices.get(slice_id)) in self.recutting():
+            return "re-cutting"
+        return "free"
+
+    def recutting(self) -> set[str]:
+        """The cards reserved for a re-cut now."""
+        return {str(r["gpu"]) for r in self.reshapes.values()}
 
     def free_slices(self, now: str) -> list[dict[str, Any]]:
-        return [s for k, s in self.slices.items() if self.holder(k, now) is None]
+        return [s for k, s in self.slices.items() if self.slice_state(k, now) == "free"]
 
     def queue_order(self) -> list[dict[str, Any]]:
         """Highest priority first, then first come first served."""

@@ -154,3 +154,32 @@ def test_schedule_watch_runs_bounded_passes_and_a_bad_policy_is_one_line(
     assert run.code == 1
     lines = [line for line in run.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and f"{bad}:3" in lines[0], run.stderr
+
+
+def test_a_pass_killed_mid_recut_leaves_a_reservation_the_next_pass_closes(
+    jobs_cli, tmp_path: Path
+) -> None:
+    ready = write_policy(tmp_path, batch_window="0s")
+    crashed = jobs_cli(
+        "--pool-policy", str(ready), "-l", DGX, "submit", "--mem", "10G", "--", PY, "-c",
+        PRINT_DEVICES, extra_env={"GPUPOOL_TEST_CRASH_AFTER": "reshape-applied"},
+    )  # fmt: skip
+    assert crashed.code == -9, crashed.stderr  # killed after the node re-cut the card
+    (reserved,) = reshapes(jobs_cli)
+    assert reserved["state"] == "reserved"
+    gpu = reserved["gpu"]
+    # While reserved, nothing may be placed on the card: its old slice is not free.
+    held = [s for s in dgx_slices(jobs_cli) if s["slice"] == gpu]
+    assert [s["state"] for s in held] == ["re-cutting"], held
+
+    run = jobs_cli("--pool-policy", str(ready), "-o", "json", "schedule")
+    assert run.code == 0, run.stderr
+    closed = reshapes(jobs_cli)[-1]
+    assert closed["id"] == reserved["id"] and closed["state"] == "failed"
+    assert "interrupted" in closed["error"]
+    # The node had finished the re-cut: the slices read again are the new layout's, and the
+    # waiting job runs on one of them.
+    cut = [s for s in dgx_slices(jobs_cli) if s["slice"].startswith(gpu + "/mig-")]
+    assert len(cut) == 7
+    queued = [j for j in jobs_cli("-q", "jobs", "--all", "-o", "json").json()]
+    assert [j["state"] for j in queued] == ["running"] and queued[0]["slice"].startswith(gpu)
