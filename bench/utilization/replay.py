@@ -1,23 +1,46 @@
 """Replay a trace in virtual time through the real queue and placement code.
 
-Event loop: at each arrival or completion time, completions free their slices (view.unhold),
-arrivals join the queue (QueueEntry, enqueued at their arrival), then one
-`gpupoolctl.sched.schedule_pass` runs: `order_queue` (priority, FIFO, aging) and `place`
-for each entry on the PoolView; every placement starts at once and runs its duration.
+Event loop: at each arrival, completion or re-cut end, completions free their slices
+(view.unhold), re-cuts whose cost has elapsed add their new slices, arrivals join the queue
+(QueueEntry, enqueued at their arrival), then one `gpupoolctl.sched.schedule_pass` runs:
+`order_queue` (priority, FIFO, aging) and `place` for each entry on the PoolView; every
+placement starts at once and runs its duration. With `until`, no event at or after that
+time is processed (the contended day stops at the end of its window); without it the
+replay runs until every job has run or can never run (the reference day). With
+`pass_interval`, passes run on that cadence (every tick while work waits or a hook is
+given, else the first tick after the next event) instead of at every event: events still
+happen at their own times (a completion frees its slices then), placements at the next
+tick, as with `gpupoolctl schedule` from cron (every minute) or `schedule --watch 60s`.
+
+Extension point (elastic): `replay(..., hook=...)`. After each pass's placements the hook
+gets a PassContext and may return re-cuts: `Recut(gpu="host/gpuN", slices=[slice dicts])`.
+The replay then, for each re-cut, asserts that every slice of that GPU is free, removes
+them, keeps the GPU out of the pool for `recut_cost` seconds (jobs elsewhere, and jobs on
+other GPUs, are never disturbed), and adds the new slices when the cost has elapsed (an
+event of its own, so a pass follows at once). The bench makes no decision of its own: the
+hook is where gpupoolctl.sched's elastic decision plugs in; without a hook nothing is re-cut.
+
+A PoolView's slice set is fixed when it is built (a Skeleton), so every change of the slice
+set builds a new PoolView from the current slices with the current holds re-applied; the
+time that takes is counted in Run.rebuild_s / Run.rebuilds.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobtrace import Job  # type: ignore[import-not-found]  # bench/utilization/jobtrace.py
 
-from gpupoolctl.sched import JobRequest, PoolView, QueueEntry, schedule_pass
+from gpupoolctl.sched import JobRequest, PassResult, PoolView, QueueEntry, schedule_pass
 
 T0 = datetime(2025, 6, 2, tzinfo=UTC)
+RECUT_COST_S = 10.0  # default: the GPU is out of the pool this long per re-cut
 
 
 @dataclass
@@ -28,7 +51,85 @@ class Run:
     ends: dict[str, float] = field(default_factory=dict)
     held_mib: dict[str, int] = field(default_factory=dict)  # memory of the slices it held
     refused: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # still queued when `until` came
     passes: int = 0
+    recuts: list[tuple[float, str]] = field(default_factory=list)  # (time decided, GPU key)
+    rebuilds: int = 0  # PoolViews built because the slice set changed
+    rebuild_s: float = 0.0  # wall-clock seconds those builds took
+    pass_s: float = 0.0  # wall-clock seconds in schedule_pass
+
+
+@dataclass(frozen=True)
+class Recut:
+    """A re-cut decision: GPU `gpu` ("host/gpuN", PoolView's GPU key) is to hold `slices`
+    (slice dicts as ledger.slices_from_facts makes them) instead of its slices now."""
+
+    gpu: str
+    slices: list[dict[str, Any]]
+
+
+@dataclass
+class PassContext:
+    """What a hook sees after a pass: read it, do not change it."""
+
+    now: float  # virtual seconds since the start of the trace
+    clock: datetime  # the same instant as schedule_pass saw it
+    view: PoolView  # the pool after this pass's placements (running jobs' holds)
+    waiting: list[QueueEntry]  # the queue after this pass, in arrival order
+    result: PassResult  # this pass's placed / waiting / never
+    slices: dict[str, dict[str, Any]]  # the pool's slices now, by id (GPUs mid-re-cut absent)
+    recutting: dict[str, float]  # GPU key -> virtual time its new slices appear
+
+
+RecutHook = Callable[[PassContext], Iterable[Recut]]
+
+
+def gpu_key(entry: dict[str, Any]) -> str:
+    """The GPU a slice is on, as PoolView keys it ("host/gpuN")."""
+    if entry.get("gpu") is not None:
+        return f"{entry['host']}/gpu{entry['gpu']}"
+    return str(entry.get("gpu_uuid") or entry["id"])
+
+
+def _shape(entry: QueueEntry) -> JobRequest:
+    """What schedule_pass keys its answers on: the request, priority aside."""
+    return replace(entry.request, priority=0, preemptible=False)
+
+
+def trimmed(
+    queue: dict[str, QueueEntry], view: PoolView, keys: dict[str, int], shapes: list[JobRequest]
+) -> list[QueueEntry]:
+    """The queue, less entries that cannot change what a pass decides (`trim=True`).
+
+    schedule_pass goes through the queue in order_queue's order and remembers, per request
+    shape (the request, priority aside), the first NoFit: every later entry of that shape
+    gets the same answer, and its aging reservation (if it has aged to the cap) finds
+    nothing left to reserve, since the earlier entry of the shape has aged at least as much
+    and reserved every free slice the shape could use. Within one shape and one priority,
+    order_queue's order is arrival order (earlier arrival, at least as much aging). A pass
+    can place at most (free slices the shape matches, host glob aside) // gpus entries of a
+    shape, so of each (shape, priority) group only that many + 1, the first in arrival
+    order, can be placed or reserve; the rest only cost time (schedule_pass is O(queue),
+    and the contended day queues thousands). The placements are the same: the tests check
+    it against the untrimmed replay (tests/unit/test_bench_utilization.py). Entries of a
+    shape that can never fit are refused all at once by the caller, as an untrimmed pass
+    refuses them. `keys`: entry id -> its (shape, priority) group's number, computed once
+    per entry; `shapes`: group number -> shape."""
+    kept: list[QueueEntry] = []
+    room: dict[int, int] = {}
+    for entry in queue.values():  # insertion order = arrival order
+        key = keys[entry.id]
+        left = room.get(key)
+        if left is None:
+            shape = shapes[key]
+            free = sum(view.shape_free(s) for s in view.shapes_for(shape))
+            left = free // shape.gpus + 1
+        if left > 0:
+            kept.append(entry)
+            room[key] = left - 1
+        else:
+            room[key] = 0
+    return kept
 
 
 def replay(
@@ -39,27 +140,70 @@ def replay(
     request_of: Any,
     priority_of: Any,
     policy: str = "best-fit",
+    *,
+    until: float | None = None,
+    hook: RecutHook | None = None,
+    recut_cost: float = RECUT_COST_S,
+    pass_interval: float | None = None,
+    trim: bool = False,
 ) -> Run:
+    current: dict[str, dict[str, Any]] = {s["id"]: s for s in slices}
     view = PoolView(slices)
     run = Run(name, total_mib)
     by_id = {j.id: j for j in jobs}
     arrivals = sorted(jobs, key=lambda j: (j.arrival, j.id))
     running: list[tuple[float, str]] = []  # (end, job id)
+    pending: list[tuple[float, int, Recut]] = []  # (ready, order, re-cut) mid-cost
+    recutting: dict[str, float] = {}
     queue: dict[str, QueueEntry] = {}
+    groups: dict[tuple[JobRequest, int], int] = {}  # (shape, priority) -> group number
+    shapes: list[JobRequest] = []  # group number -> shape
+    keys: dict[str, int] = {}  # entry id -> group number
     index = 0
-    while index < len(arrivals) or running or queue:
+    tick = 0
+
+    def rebuild() -> None:
+        nonlocal view
+        began = time.perf_counter()
+        holders = list(view.holds.values())
+        view = PoolView(list(current.values()), holders)
+        run.rebuild_s += time.perf_counter() - began
+        run.rebuilds += 1
+
+    while index < len(arrivals) or running or queue or pending:
         times = []
         if index < len(arrivals):
             times.append(arrivals[index].arrival)
         if running:
             times.append(running[0][0])
+        if pending:
+            times.append(pending[0][0])
+        if pass_interval is not None and (queue or hook) and times:
+            times.append(tick * pass_interval)  # cron runs the pass while work waits
         if not times:  # queued work that can never start
             run.refused.extend(queue)
             break
         now = min(times)
+        if pass_interval is not None:  # passes on a cadence: the first tick at or after
+            tick = max(tick, math.ceil(now / pass_interval))
+            now = tick * pass_interval
+            tick += 1
+        if until is not None and now >= until:
+            run.waiting.extend(queue)
+            break
         while running and running[0][0] <= now:
             _, job_id = heapq.heappop(running)
             view.unhold(job_id)
+        changed = False
+        while pending and pending[0][0] <= now:
+            _, _, recut = heapq.heappop(pending)
+            del recutting[recut.gpu]
+            for entry in recut.slices:
+                assert entry["id"] not in current, f"re-cut {recut.gpu}: {entry['id']} exists"
+                current[entry["id"]] = entry
+            changed = True
+        if changed:
+            rebuild()
         while index < len(arrivals) and arrivals[index].arrival <= now:
             job = arrivals[index]
             request: JobRequest = request_of(job)
@@ -71,8 +215,17 @@ def replay(
                 request=replace(request, priority=priority_of(job)),
                 job=job.id,
             )
+            group = (_shape(queue[job.id]), queue[job.id].priority)
+            if group not in groups:
+                groups[group] = len(shapes)
+                shapes.append(group[0])
+            keys[job.id] = groups[group]
             index += 1
-        result = schedule_pass(list(queue.values()), view, T0 + timedelta(seconds=now), policy)
+        clock = T0 + timedelta(seconds=now)
+        began = time.perf_counter()
+        entries = trimmed(queue, view, keys, shapes) if trim else list(queue.values())
+        result = schedule_pass(entries, view, clock, policy)
+        run.pass_s += time.perf_counter() - began
         run.passes += 1
         for entry, placement in result.placed:
             job = by_id[entry.id]
@@ -81,7 +234,29 @@ def replay(
             run.ends[job.id] = now + job.duration
             run.held_mib[job.id] = sum(view.slices[s]["memory_mib"] for s in placement.slices)
             heapq.heappush(running, (now + job.duration, job.id))
-        for entry, _ in result.never:
-            del queue[entry.id]
-            run.refused.append(entry.id)
+        never = {shapes[keys[entry.id]] for entry, _ in result.never}
+        for entry_id in [i for i in queue if never and shapes[keys[i]] in never]:
+            del queue[entry_id]  # every entry of a shape that can never fit, trimmed or not
+            run.refused.append(entry_id)
+        if hook is None:
+            continue
+        context = PassContext(
+            now, clock, view, list(queue.values()), result, dict(current), dict(recutting)
+        )
+        decided = list(hook(context))
+        for recut in decided:
+            assert recut.gpu not in recutting, f"re-cut {recut.gpu}: already being re-cut"
+            old = [sid for sid, s in current.items() if gpu_key(s) == recut.gpu]
+            busy = [sid for sid in old if not view.is_free(sid)]
+            assert not busy, f"re-cut {recut.gpu}: slices held: {busy}"
+            assert all(gpu_key(s) == recut.gpu for s in recut.slices), (
+                f"re-cut {recut.gpu}: a new slice is on another GPU"
+            )
+            for sid in old:
+                del current[sid]
+            recutting[recut.gpu] = now + recut_cost
+            heapq.heappush(pending, (now + recut_cost, len(run.recuts), recut))
+            run.recuts.append((now, recut.gpu))
+        if decided:
+            rebuild()
     return run

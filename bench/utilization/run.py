@@ -1,24 +1,38 @@
-"""Utilization benchmark: static whole-card allocation vs gpupoolctl pooling on one job trace.
+"""Utilization benchmark: static whole cards vs fixed layouts (vs elastic) on seeded days.
 
-    python bench/utilization/run.py [--seed 2025] [--layout mixed] [--json FILE]
+    python bench/utilization/run.py [--day reference|contended|both] [--seeds 2025,2026,2027]
+                                    [--recut-cost 10] [--pass-interval 60] [--workers 2]
+                                    [--json FILE]
 
-See README.md for the definitions. Both runs replay the same seeded trace (jobtrace.py) in
+See README.md for the definitions. Every run replays a seeded trace (jobtrace.py) in
 virtual time through gpupoolctl.sched's schedule_pass / order_queue / place (replay.py) on
-the bundled simulated pool:
+the bundled simulated pool, with the layouts of playbooks/layouts.yaml really applied
+through the sim driver (simpool.py).
 
+The reference day (the first edition, same output):
   static  the `training` layout applied (every card whole); every job holds whole cards
           (`profile="gpu"`, at least its memory), all at one priority: FIFO.
   pooled  the `--layout` label applied (default `mixed`); every job asks its memory only
           (best-fit: the smallest slice that fits), multi-GPU jobs on one node; the
           trace's priorities (training low, inference normal) with aging.
+
+The contended day, measured over its 24 h window of arrivals (window.py):
+  static      as above (whole cards, FIFO), with the job's vendor and site pin;
+  <layout>    every label of playbooks/layouts.yaml applied, jobs asking their memory,
+              vendor and site pin, trace priorities; `best fixed` is the one with the
+              highest utilization, chosen in hindsight per seed;
+  elastic     only once elastic_hook() returns a hook (the extension point below).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +41,13 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
 import simpool  # noqa: E402
-from jobtrace import Job, make_trace  # noqa: E402
-from replay import Run, replay  # noqa: E402
+import window  # noqa: E402
+from jobtrace import DAY, Job, make_contended_trace, make_trace  # noqa: E402
+from replay import RECUT_COST_S, RecutHook, Run, replay  # noqa: E402
 
-from gpupoolctl.sched import JobRequest  # noqa: E402
+from gpupoolctl.inventory import load_inventory  # noqa: E402
+from gpupoolctl.partition import load_spec  # noqa: E402
+from gpupoolctl.sched import Holder, JobRequest, PoolView  # noqa: E402
 
 
 def static_request(job: Job) -> JobRequest:
@@ -105,30 +122,376 @@ def bound(jobs: list[Job], total_mib: int) -> dict[str, float]:
     }
 
 
+# -- the contended day -------------------------------------------------------------------------
+
+
+def site_globs() -> dict[str, str]:
+    """site -> a host glob that matches exactly that site's hosts (inventories/sim.yaml)."""
+    hosts = list(load_inventory(simpool.INVENTORY).hosts.values())
+    globs = {}
+    for site in sorted({str(h.vars.get("site")) for h in hosts}):
+        names = [h.name for h in hosts if h.vars.get("site") == site]
+        prefix = names[0].split("-")[0] + "-"  # sg-..., dxb-...
+        others = [h.name for h in hosts if h.vars.get("site") != site]
+        mine = all(n.startswith(prefix) for n in names)
+        assert mine and not any(n.startswith(prefix) for n in others), (site, names)
+        globs[site] = prefix + "*"
+    return globs
+
+
+SITE_GLOBS: dict[str, str] = {}
+
+
+def _host(job: Job) -> str | None:
+    if not job.pinned:
+        return None
+    if not SITE_GLOBS:
+        SITE_GLOBS.update(site_globs())
+    return SITE_GLOBS[str(job.site)]
+
+
+def contended_static_request(job: Job) -> JobRequest:
+    """Whole cards with at least the job's memory, of its vendor, at its site if pinned."""
+    return JobRequest(
+        gpus=job.gpus,
+        profile="gpu",
+        memory_mib=job.memory_mib,
+        vendor=job.vendor,
+        host=_host(job),
+        same_node=job.gpus > 1,
+    )
+
+
+def contended_request(job: Job) -> JobRequest:
+    """The job's memory (best-fit), vendor and site pin; multi-GPU on one node."""
+    return JobRequest(
+        gpus=job.gpus,
+        memory_mib=job.memory_mib,
+        vendor=job.vendor,
+        host=_host(job),
+        same_node=job.gpus > 1,
+    )
+
+
+def elastic_hook() -> RecutHook | None:
+    """EXTENSION POINT (elastic): return the per-pass re-cut hook, or None (no elastic column).
+
+    The elastic decision is being written in gpupoolctl/sched/; wrap it here as a
+    replay.RecutHook: `hook(ctx: replay.PassContext) -> Iterable[replay.Recut]`, where a
+    Recut names a GPU key ("host/gpuN") and that GPU's new list of slice dicts. The replay
+    models the cost (the GPU out of the pool for --recut-cost seconds; its old slices must
+    all be free) and rebuilds the PoolView with the holds re-applied. The column starts
+    from ELASTIC_START and is measured like every other. The bench decides nothing itself.
+    """
+    return None
+
+
+ELASTIC_START = "mixed"  # the layout the elastic column starts the day from
+
+
+def replay_task(task: dict[str, Any]) -> tuple[str, Run, float]:
+    """One replay (in a worker process): returns (key, run, wall seconds)."""
+    began = time.perf_counter()
+    if task["day"] == "reference":
+        jobs = make_trace(task["seed"], task["inference"], task["training"], task["mix"])
+        request_of = _whole if task["column"] == "static" else pooled_request
+        run = replay(
+            task["column"],
+            jobs,
+            task["slices"],
+            task["total"],
+            request_of,
+            (lambda j: 50) if task["column"] == "static" else (lambda j: j.priority),
+            trim=True,
+        )
+    else:
+        jobs = make_contended_trace(task["seed"], task["total"])
+        static = task["column"] == "static"
+        run = replay(
+            task["column"],
+            jobs,
+            task["slices"],
+            task["total"],
+            contended_static_request if static else contended_request,
+            (lambda j: 50) if static else (lambda j: j.priority),
+            until=DAY,
+            hook=elastic_hook() if task["column"] == "elastic" else None,
+            recut_cost=task["recut_cost"],
+            pass_interval=task["pass_interval"],
+            trim=True,
+        )
+    return task["key"], run, time.perf_counter() - began
+
+
+def rebuild_cost(slices: list[dict[str, Any]], repeat: int = 20) -> float:
+    """Milliseconds to build a PoolView of `slices` with every other slice held (one hold
+    per slice): what the replay pays each time the slice set changes."""
+    holders = [Holder(f"j{n}", slices=(s["id"],)) for n, s in enumerate(slices) if n % 2 == 0]
+    began = time.perf_counter()
+    for _ in range(repeat):
+        PoolView(slices, holders)
+    return 1000 * (time.perf_counter() - began) / repeat
+
+
+def cell(value: float, censored: bool, fmt: str = "{:.0f}") -> str:
+    return (">=" if censored else "") + fmt.format(value)
+
+
+def print_contended(seed: int, jobs: list[Job], rows: list[dict[str, Any]], limit: dict) -> None:
+    inference = sum(1 for j in jobs if j.kind == "inference")
+    amd = sum(1 for j in jobs if j.vendor == "amd")
+    nvidia = sum(1 for j in jobs if j.vendor == "nvidia")
+    pinned = sum(1 for j in jobs if j.pinned)
+    print(
+        f"contended day, seed {seed}: {len(jobs)} jobs in 24 h ({inference} inference, "
+        f"{len(jobs) - inference} training; {nvidia} ask nvidia, {amd} amd; {pinned} pinned "
+        f"to their site)"
+    )
+    width = 12
+    names = [r["label"] for r in rows]
+    print(f"{'':30s}" + "".join(f"{n:>{width}s}" for n in names))
+
+    def line(label: str, cells: list[str]) -> None:
+        print(f"{label:30s}" + "".join(f"{c:>{width}s}" for c in cells))
+
+    line("GPU-memory utilization", [f"{r['utilization']:.1%}" for r in rows])
+    line("  memory held by jobs", [f"{r['held_utilization']:.1%}" for r in rows])
+    line("finished in window", [str(r["finished"]) for r in rows])
+    for kind in ("inference", "training"):
+        line(f"  {kind} finished", [str(r["by_class"][kind]["finished"]) for r in rows])
+    for kind in ("inference", "training"):
+        for q in ("p50", "p95"):
+            line(
+                f"{kind} wait {q} (min)",
+                [
+                    cell(r["by_class"][kind][f"{q}_wait_min"], r["by_class"][kind][f"{q}_censored"])
+                    for r in rows
+                ],
+            )
+    line("queued at window end", [str(r["queued_at_end"]) for r in rows])
+    line("refused (never fit)", [str(r["refused"]) for r in rows])
+    line("re-cuts", [str(r["recuts"]) for r in rows])
+    print(
+        f"capacity bound (window): utilization <= {limit['refined']:.1%} "
+        f"(simple: min(1, demand in window / capacity) = {limit['simple']:.1%})"
+    )
+
+
+def contended_summary(seeds: list[int], results: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    ratios: dict[str, list[float]] = {}
+
+    def add(name: str, value: float) -> None:
+        ratios.setdefault(name, []).append(value)
+
+    verdicts: dict[str, list[bool]] = {}
+    for seed in seeds:
+        data = results[seed]
+        by = {r["label"]: r for r in data["rows"]}
+        static, best = by["static"], by[data["best_fixed"]]
+        bound = data["bound"]["refined"]
+        add("best fixed / static", best["utilization"] / static["utilization"])
+        add("best fixed / bound", best["utilization"] / bound)
+        if "elastic" in by:
+            elastic = by["elastic"]
+            add("elastic / static", elastic["utilization"] / static["utilization"])
+            add("elastic / best fixed", elastic["utilization"] / best["utilization"])
+            add("elastic / bound", elastic["utilization"] / bound)
+            p95 = elastic["by_class"]["inference"]["p95_wait_min"]
+            best_p95 = best["by_class"]["inference"]["p95_wait_min"]
+            for name, ok in (
+                ("elastic >= 2.0x static", elastic["utilization"] >= 2 * static["utilization"]),
+                ("elastic >= 1.2x best fixed", elastic["utilization"] >= 1.2 * best["utilization"]),
+                ("elastic within 10% of bound", elastic["utilization"] >= 0.9 * bound),
+                ("inference p95 <= best fixed", p95 <= best_p95),
+            ):
+                verdicts.setdefault(name, []).append(ok)
+    return {"ratios": ratios, "targets": verdicts}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=2025)
+    parser.add_argument(
+        "--day",
+        default="both",
+        choices=["reference", "contended", "both"],
+        help="the reference day (first edition), the contended day, or both (default)",
+    )
+    parser.add_argument("--seeds", default="2025,2026,2027", help="comma-separated seeds")
+    parser.add_argument("--seed", type=int, help="one seed (the same as --seeds N)")
     parser.add_argument("--layout", default="mixed", choices=["mixed", "inference"])
     parser.add_argument("--mix", default="issue", choices=["issue", "broad"])
     parser.add_argument(
-        "--scale", type=float, default=1.0, help="multiply the number of jobs (load sweep)"
+        "--scale", type=float, default=1.0, help="reference day: multiply the number of jobs"
+    )
+    parser.add_argument(
+        "--recut-cost",
+        type=float,
+        default=RECUT_COST_S,
+        help="seconds a re-cut GPU is out of the pool (elastic)",
+    )
+    parser.add_argument(
+        "--pass-interval",
+        type=float,
+        default=60.0,
+        help="contended day: virtual seconds between schedule passes (cron: every minute)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=min(2, os.cpu_count() or 1), help="replay processes"
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    seeds = [args.seed] if args.seed is not None else [int(s) for s in args.seeds.split(",")]
+    days = ["reference", "contended"] if args.day == "both" else [args.day]
+    began = time.perf_counter()
 
-    jobs = make_trace(args.seed, round(1800 * args.scale), round(48 * args.scale), args.mix)
-    whole = simpool.pool_slices("training")
-    sliced = simpool.pool_slices(args.layout)
-    total = sum(s["memory_mib"] for s in whole)  # physical memory: the same for both runs
-    static = replay("static", jobs, whole, total, _whole, lambda j: 50)
-    pooled = replay("pooled", jobs, sliced, total, pooled_request, lambda j: j.priority)
-    rows = [metrics(static, jobs), metrics(pooled, jobs)]
+    layouts = list(load_spec(simpool.LAYOUTS).labels)
+    wanted = set(layouts) | {"training", args.layout}
+    slices = {label: simpool.pool_slices(label) for label in sorted(wanted)}
+    whole = slices["training"]
+    total = sum(s["memory_mib"] for s in whole)  # physical memory: the same for every run
+    hook_present = elastic_hook() is not None
+
+    tasks: list[dict[str, Any]] = []
+    base = {"total": total, "recut_cost": args.recut_cost, "pass_interval": args.pass_interval}
+    for seed in seeds:
+        if "reference" in days:
+            for column, label in (("static", "training"), ("pooled", args.layout)):
+                tasks.append(
+                    {
+                        **base,
+                        "key": f"reference/{seed}/{column}",
+                        "day": "reference",
+                        "seed": seed,
+                        "column": column,
+                        "slices": slices[label],
+                        "inference": round(1800 * args.scale),
+                        "training": round(48 * args.scale),
+                        "mix": args.mix,
+                    }
+                )
+        if "contended" in days:
+            columns = [("static", "training")] + [(label, label) for label in layouts]
+            if hook_present:
+                columns.append(("elastic", ELASTIC_START))
+            for column, label in columns:
+                tasks.append(
+                    {
+                        **base,
+                        "key": f"contended/{seed}/{column}",
+                        "day": "contended",
+                        "seed": seed,
+                        "column": column,
+                        "slices": slices[label],
+                    }
+                )
+    runs: dict[str, Run] = {}
+    walls: dict[str, float] = {}
+    if args.workers > 1:
+        with ProcessPoolExecutor(args.workers) as pool:
+            for key, run, wall in pool.map(replay_task, tasks):
+                runs[key], walls[key] = run, wall
+    else:
+        for task in tasks:
+            key, run, wall = replay_task(task)
+            runs[key], walls[key] = run, wall
+
+    report: dict[str, Any] = {}
+    if "reference" in days:
+        report["reference"] = {}
+        if len(days) > 1:
+            print("== reference day (first edition) ==")
+        for seed in seeds:
+            static, pooled = runs[f"reference/{seed}/static"], runs[f"reference/{seed}/pooled"]
+            report["reference"][str(seed)] = print_reference(
+                seed, args, static, pooled, whole, slices[args.layout], total
+            )
+    if "contended" in days:
+        report["contended"] = {}
+        if len(days) > 1:
+            print("\n== contended day ==")
+        sliced = {label: slices[label] for label in layouts}
+        print(
+            f"pool: {len(whole)} cards, {total / 1024:.0f} GiB; fixed layouts from "
+            f"playbooks/layouts.yaml: "
+            + ", ".join(
+                f"{label} ({len(s)} slices, {sum(x['memory_mib'] for x in s) / 1024:.0f} GiB)"
+                for label, s in sliced.items()
+            )
+            + f"; passes every {args.pass_interval:g} s; window 24 h of arrivals"
+        )
+        results: dict[int, dict[str, Any]] = {}
+        for seed in seeds:
+            jobs = make_contended_trace(seed, total)
+            rows = []
+            columns = ["static", *layouts] + (["elastic"] if hook_present else [])
+            for column in columns:
+                row = window.metrics(runs[f"contended/{seed}/{column}"], jobs)
+                row["label"] = column
+                rows.append(row)
+            fixed = [r for r in rows if r["label"] in layouts]
+            best = max(fixed, key=lambda r: r["utilization"])
+            hindsight = dict(best, label="best fixed")
+            rows.insert(len(layouts) + 1, hindsight)
+            limit = window.bound(jobs, total)
+            print()
+            print_contended(seed, jobs, rows, limit)
+            print(f"best fixed = `{best['label']}`, chosen in hindsight by utilization")
+            results[seed] = {
+                "rows": [r for r in rows if r is not hindsight],
+                "best_fixed": best["label"],
+                "bound": limit,
+                "jobs": len(jobs),
+            }
+            report["contended"][str(seed)] = results[seed]
+        summary = contended_summary(seeds, results)
+        report["contended_summary"] = summary
+        print("\nsummary over seeds " + ", ".join(map(str, seeds)) + ":")
+        for name, values in summary["ratios"].items():
+            cells = ", ".join(f"{v:.2f}" for v in values)
+            print(f"  {name:24s} {cells}  (mean {sum(values) / len(values):.2f})")
+        if summary["targets"]:
+            for name, oks in summary["targets"].items():
+                word = "met" if all(oks) else "NOT met"
+                print(f"  target {name}: {word} ({sum(oks)}/{len(oks)} seeds)")
+        else:
+            print(
+                "  targets (elastic >= 2.0x static, >= 1.2x best fixed, within 10% of the "
+                "bound, inference p95 <= best fixed): no elastic column yet (elastic_hook)"
+            )
+        largest = max(sliced.values(), key=len)
+        cost = rebuild_cost(largest)
+        report["rebuild_ms"] = {"slices": len(largest), "ms": cost}
+        print(
+            f"  PoolView rebuild (a re-cut changes the slice set): {cost:.1f} ms for "
+            f"{len(largest)} slices with half of them held"
+        )
+    wall = time.perf_counter() - began
+    report["wall_s"] = wall
+    report["replay_wall_s"] = walls
+    if len(days) > 1 or len(seeds) > 1:
+        print(f"\nwall time {wall:.1f} s ({args.workers} worker(s))")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+def print_reference(
+    seed: int,
+    args: argparse.Namespace,
+    static_run: Run,
+    pooled_run: Run,
+    whole: list[dict[str, Any]],
+    sliced: list[dict[str, Any]],
+    total: int,
+) -> dict[str, Any]:
+    """The first edition's table for one seed (same lines); returns its JSON."""
+    jobs = make_trace(seed, round(1800 * args.scale), round(48 * args.scale), args.mix)
+    rows = [metrics(static_run, jobs), metrics(pooled_run, jobs)]
     limit = bound(jobs, total)
-
     inference = sum(1 for j in jobs if j.kind == "inference")
     sliced_gib = sum(s["memory_mib"] for s in sliced) / 1024
     print(
-        f"trace (seed {args.seed}, mix {args.mix}, x{args.scale:g}): {len(jobs)} jobs in 24 h "
+        f"trace (seed {seed}, mix {args.mix}, x{args.scale:g}): {len(jobs)} jobs in 24 h "
         f"({inference} inference, {len(jobs) - inference} training); pool: "
         f"{len({s['host'] for s in whole})} hosts, {len(whole)} cards, {total / 1024:.0f} GiB; "
         f"static = whole cards, pooled = `{args.layout}` layout ({len(sliced)} slices, "
@@ -168,13 +531,7 @@ def main() -> None:
         f"pooled / static utilization: {ratio:.2f}x (target >= 2x: {met_ratio}); "
         f"pooled / bound: {share:.1%} (target >= 90%: {met_share})"
     )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(
-            json.dumps(
-                {"runs": rows, "bound": limit, "ratio": ratio, "share_of_bound": share}, indent=2
-            )
-        )
+    return {"runs": rows, "bound": limit, "ratio": ratio, "share_of_bound": share}
 
 
 if __name__ == "__main__":
