@@ -16,7 +16,7 @@ from typing import Any
 from gpupoolctl.jobs import hooks
 from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.ledger import Transaction
-from gpupoolctl.sched.cards import WHOLE
+from gpupoolctl.sched.cards import WHOLE, AmdHive, AnyCard
 from gpupoolctl.sched.elastic import Recut
 
 ELASTIC_LABEL = "elastic"
@@ -40,7 +40,7 @@ class Reserved:
     def of(cls, reshape_id: str, recut: Recut) -> Reserved:
         card = recut.card
         return cls(
-            reshape_id, card.key, card.host, card.index, recut.before, recut.after,
+            reshape_id, card.key, card.host, _first_index(card), recut.before, recut.after,
             recut.reason, recut.jobs, recut,
         )  # fmt: skip
 
@@ -77,7 +77,8 @@ def reserve(tx: Transaction, recut: Recut) -> Reserved | None:
             "state": "reserved",
             "gpu": card.key,
             "host": card.host,
-            "index": card.index,
+            "index": _first_index(card),
+            "slices": list(card.slices),
             "before": recut.before,
             "after": recut.after,
             "layout": [list(p) for p in recut.layout],
@@ -87,6 +88,10 @@ def reserve(tx: Transaction, recut: Recut) -> Reserved | None:
         },
     )
     return Reserved.of(reshape_id, recut)
+
+
+def _first_index(card: AnyCard) -> int:
+    return card.indexes[0] if isinstance(card, AmdHive) else card.index
 
 
 def _this_process() -> dict[str, Any]:
@@ -147,6 +152,18 @@ def spec_for(recut: Recut) -> Any:
     from gpupoolctl.partition import MigDevice, Spec, SpecEntry, parse_profile_name
 
     card = recut.card
+    if isinstance(card, AmdHive):
+        compute, memory = recut.layout  # type: ignore[misc]
+        entry = SpecEntry(
+            source="elastic",
+            label=ELASTIC_LABEL,
+            line=0,
+            devices=card.indexes,
+            hosts=(card.host,),
+            compute_partition=compute,
+            memory_partition=memory,
+        )
+        return Spec(source="elastic", labels=[ELASTIC_LABEL], configs={ELASTIC_LABEL: [entry]})
     if recut.layout == WHOLE:
         entry = SpecEntry(
             source="elastic",
@@ -179,11 +196,24 @@ def spec_for(recut: Recut) -> Any:
     return Spec(source="elastic", labels=[ELASTIC_LABEL], configs={ELASTIC_LABEL: [entry]})
 
 
-def _gpu_in(facts: Mapping[str, Any], recut: Recut) -> dict[str, Any] | None:
-    uuid = recut.card.common.get("gpu_uuid")
-    for gpu in facts.get("gpus") or []:
-        if gpu.get("index") == recut.card.index and (uuid is None or gpu.get("uuid") == uuid):
-            return dict(gpu)
+def _why_not(facts: Mapping[str, Any], recut: Recut) -> str | None:
+    """Why the node's facts say the card may not be re-cut now, or None: it is not the card
+    that was chosen any more, or a process runs on it that the ledger did not know of."""
+    card = recut.card
+    gpus = {int(g["index"]): g for g in facts.get("gpus") or [] if g.get("index") is not None}
+    if isinstance(card, AmdHive):
+        mine = [gpus.get(i) for i in card.indexes]
+        amd = [g for g in gpus.values() if g.get("vendor") == "amd"]
+        if any(g is None or g.get("vendor") != "amd" for g in mine) or len(amd) != len(mine):
+            return f"{card.key}: the node's AMD GPUs are no longer the hive that was chosen"
+    else:
+        gpu = gpus.get(card.index)
+        uuid = card.common.get("gpu_uuid")
+        if gpu is None or (uuid is not None and gpu.get("uuid") != uuid):
+            return f"{card.key} is no longer the card that was chosen"
+        mine = [gpu]
+    if any(g.get("processes") for g in mine if g):
+        return f"{card.key}: a process runs on it (the ledger did not know)"
     return None
 
 
@@ -206,12 +236,9 @@ def execute(jobs: Any, reserved: Sequence[Reserved]) -> list[dict[str, Any]]:
         if not result.ok:
             errors[item.id] = f"{card.host}: {result.outcome}: {result.error}"
             continue
-        gpu = _gpu_in(result.data, item.recut)
-        if gpu is None:
-            errors[item.id] = f"{card.key} is no longer the card that was chosen"
-            continue
-        if gpu.get("processes"):
-            errors[item.id] = f"{card.key}: a process runs on it (the ledger did not know)"
+        why = _why_not(result.data, item.recut)
+        if why is not None:
+            errors[item.id] = why
             continue
         plan = plan_host(spec_for(item.recut), ELASTIC_LABEL, card.host, (), result.data)
         if plan.errors:
@@ -228,13 +255,16 @@ def execute(jobs: Any, reserved: Sequence[Reserved]) -> list[dict[str, Any]]:
         by_index = {}
         if answer.ok:
             by_index = {g.get("index"): g for g in answer.data.get("gpus") or []}
-        for item, _ in items:
+        for item, plan in items:
             if not answer.ok:
                 errors[item.id] = f"{item.host}: {answer.outcome}: {answer.error}"
                 continue
-            outcome = by_index.get(item.index)
-            if outcome is None or not outcome.get("ok"):
-                why = (outcome or {}).get("error") or "the node did not report it"
+            # Every GPU the plan changed must say ok (an AMD hive is several).
+            asked = [g.index for g in plan.gpus if not g.unchanged]
+            outcomes = [by_index.get(index) for index in asked]
+            bad = [o for o in outcomes if o is None or not o.get("ok")]
+            if bad:
+                why = (bad[0] or {}).get("error") or "the node did not report it"
                 errors[item.id] = f"{item.gpu}: {why} (rolled back)"
     hooks.crash_point("reshape-applied")
     # Every host that was sent a request may have changed, answered or not: read it again.

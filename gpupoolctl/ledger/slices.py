@@ -58,6 +58,8 @@ def _gpu_slices(host: str, gpu: dict[str, Any], island: str) -> list[dict[str, A
                     "kind": "mig",
                     "profile": gi["profile"],
                     "memory_mib": gi.get("memory_mib") or 0,
+                    # The card's own memory: what it is whole (elastic re-cuts merge to it).
+                    "gpu_memory_mib": total,
                     "uuid": devices[0] if devices else f"{gpu.get('uuid')}/gi{gi['gi_id']}",
                     "devices": devices,
                     **common,

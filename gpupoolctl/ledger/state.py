@@ -262,13 +262,21 @@ class State:
         take it), free otherwise. What exports and reports show."""
         if self.holder(slice_id, now) is not None:
             return "held"
-        if self.reshapes and card_key(self.slices.get(slice_id)) in self.recutting():
+        if self.reshapes and slice_id in self.recutting_slices():
             return "re-cutting"
         return "free"
 
-    def recutting(self) -> set[str]:
-        """The cards reserved for a re-cut now."""
-        return {str(r["gpu"]) for r in self.reshapes.values()}
+    def recutting_slices(self) -> dict[str, str]:
+        """Slice id -> the reshape that reserved its card, for every card being re-cut (the
+        slices the reservation names; by its card's key for records that name none)."""
+        out: dict[str, str] = {}
+        for record in self.reshapes.values():
+            named = record.get("slices")
+            if named is None:
+                named = [k for k, v in self.slices.items() if card_key(v) == record["gpu"]]
+            for slice_id in named:
+                out[str(slice_id)] = str(record["id"])
+        return out
 
     def free_slices(self, now: str) -> list[dict[str, Any]]:
         return [s for k, s in self.slices.items() if self.slice_state(k, now) == "free"]

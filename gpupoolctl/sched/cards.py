@@ -5,10 +5,14 @@ A card is one physical NVIDIA GPU that MIG can cut, with the slices it has now. 
 re-cut only in ways that need no GPU reset: on Hopper and newer MIG mode can be switched on
 an idle card (whole <-> cut); on Ampere a mode change needs a reset (of more than one GPU on
 NVSwitch systems), so a card there is elastic only while MIG is on, and "whole" means its
-full-size instance. Cards without MIG (an L40S) and AMD cards are not elastic here: an AMD
-compute-partition change renumbers the logical GPUs of the node, so re-cutting one card
-would rename the slices of its neighbours (their holds would end); that stays with
-`partition apply` on an idle node.
+full-size instance. Cards without MIG (an L40S) are never elastic.
+
+AMD cards are re-cut a hive at a time (AmdHive: every AMD card of a node's xGMI island,
+all in one compute/memory mode). A memory-partition change reloads the driver on every card
+of the hive, and a compute-partition change renumbers the logical GPUs of the node, so
+re-cutting one card would rename its neighbours' slices (ending their holds): the unit that
+can change without touching anyone's work is the whole hive, and only when all of it is
+idle.
 
 The predicted slices follow gpupoolctl.ledger.slices (ids name the GPU, the profile and the
 placement), so the same layout gets the same ids whether the benchmark predicts it or a real
@@ -21,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpupoolctl.hw import catalog
+from gpupoolctl.hw import amd_modes, catalog
 from gpupoolctl.sched.ids import natural
 
 # A layout: the MIG placements, ((profile, start), ...); () = the card whole (MIG off).
@@ -61,8 +65,50 @@ class Card:
         return WHOLE if self.mig_toggle else self.full_layout
 
 
-def layout_text(layout: Layout) -> str:
-    """'whole card' or '7 x 1g.10gb' / '1 x 3g.40gb + 2 x 1g.10gb', largest first."""
+@dataclass(frozen=True)
+class AmdHive:
+    key: str  # "host/amd-island0"
+    host: str
+    model: str
+    product: amd_modes.AmdProduct
+    cards: int  # physical cards in the hive
+    indexes: tuple[int, ...]  # its logical GPUs' indexes now (what a spec's devices name)
+    layout: AmdLayout  # ("SPX", "NPS1")
+    slices: tuple[str, ...]
+    memory_mib: int  # one whole card's memory
+    common: Mapping[str, Any]
+
+    @property
+    def whole(self) -> bool:
+        return self.product.compute_modes.get(self.layout[0]) == 1
+
+    @property
+    def whole_layout(self) -> AmdLayout:
+        modes = [pair for pair in self.product.allowed if self.product.compute_modes[pair[0]] == 1]
+        return min(modes, key=lambda pair: self.product.memory_modes[pair[1]])
+
+    def per_card(self, layout: AmdLayout) -> int:
+        return self.product.compute_modes[layout[0]]
+
+
+AmdLayout = tuple[str, str]  # (compute mode, memory mode): ("CPX", "NPS4")
+AnyCard = Card | AmdHive
+AnyLayout = Layout | AmdLayout
+
+
+def layout_text(layout: AnyLayout, card: AnyCard | None = None) -> str:
+    """'whole card' or '7 x 1g.10gb' / '1 x 3g.40gb + 2 x 1g.10gb', largest first; for an
+    AMD hive '8 cards x SPX/NPS1' / '8 cards x CPX/NPS4 (64 x 24 GiB)'."""
+    if isinstance(card, AmdHive):
+        compute, memory = layout  # type: ignore[misc]
+        count = card.per_card((compute, memory)) * card.cards
+        each = round(card.memory_mib / card.per_card((compute, memory)) / 1024)
+        split = f" ({count} x {each} GiB)" if count > card.cards else ""
+        return f"{card.cards} cards x {compute}/{memory}{split}"
+    return _mig_text(layout)  # type: ignore[arg-type]
+
+
+def _mig_text(layout: Layout) -> str:
     if not layout:
         return "whole card"
     counts: dict[str, int] = {}
@@ -77,21 +123,67 @@ def _size(profile: str) -> int:
     return int(head) if head.isdigit() else 0
 
 
-def cards_of(slices: Iterable[Mapping[str, Any]]) -> dict[str, Card]:
-    """Every elastic-capable card of the slice map, by GPU key."""
+def cards_of(slices: Iterable[Mapping[str, Any]]) -> dict[str, AnyCard]:
+    """Every elastic-capable card (NVIDIA) and hive (AMD) of the slice map, by key."""
     by_gpu: dict[str, list[Mapping[str, Any]]] = {}
+    by_hive: dict[str, list[Mapping[str, Any]]] = {}
     for entry in slices:
-        if entry.get("gpu") is None or str(entry.get("vendor") or "").lower() != "nvidia":
+        if entry.get("gpu") is None:
             continue
-        if entry.get("kind") not in ("gpu", "mig"):
-            continue
-        by_gpu.setdefault(f"{entry['host']}/gpu{entry['gpu']}", []).append(entry)
-    cards = {}
+        vendor = str(entry.get("vendor") or "").lower()
+        if vendor == "nvidia" and entry.get("kind") in ("gpu", "mig"):
+            by_gpu.setdefault(f"{entry['host']}/gpu{entry['gpu']}", []).append(entry)
+        elif vendor == "amd":
+            island = str(entry.get("island") or f"{entry['host']}/island0").rsplit("/", 1)[-1]
+            by_hive.setdefault(f"{entry['host']}/amd-{island}", []).append(entry)
+    cards: dict[str, AnyCard] = {}
     for key, entries in by_gpu.items():
         card = _card(key, entries)
         if card is not None:
             cards[key] = card
+    for key, entries in by_hive.items():
+        hive = _hive(key, entries)
+        if hive is not None:
+            cards[key] = hive
     return cards
+
+
+def _hive(key: str, entries: list[Mapping[str, Any]]) -> AmdHive | None:
+    """An AMD hive in one mode throughout, or None (mixed modes, VFs, an unknown product:
+    left to `partition apply`)."""
+    first = entries[0]
+    product = amd_modes.find_product(market_name=str(first.get("model") or ""))
+    if product is None:
+        return None
+    kinds = {e.get("kind") for e in entries}
+    profiles = {str(e.get("profile") or "") for e in entries}
+    if kinds == {"gpu"}:
+        layout = product.default  # whole cards: SPX and the memory mode it is in
+        per_card = 1
+    elif kinds == {"partition"} and len(profiles) == 1:
+        compute, _, memory = profiles.pop().upper().partition("/")
+        if (compute, memory) not in product.allowed:
+            return None
+        layout, per_card = (compute, memory), product.compute_modes[compute]
+    else:
+        return None
+    if len(entries) % per_card:
+        return None
+    memory_each = int(first.get("memory_mib") or 0)
+    common = {k: first.get(k) for k in ("island", "host", "vendor", "model", "bandwidth_class")}
+    ordered = sorted(entries, key=lambda e: int(e["gpu"]))
+    return AmdHive(
+        key=key,
+        host=str(first["host"]),
+        model=str(first.get("model") or ""),
+        product=product,
+        cards=len(entries) // per_card,
+        indexes=tuple(int(e["gpu"]) for e in ordered),
+        layout=layout,
+        slices=tuple(str(e["id"]) for e in ordered),
+        memory_mib=memory_each * per_card,
+        common=common,
+    )
 
 
 def _card(key: str, entries: list[Mapping[str, Any]]) -> Card | None:
@@ -119,8 +211,7 @@ def _card(key: str, entries: list[Mapping[str, Any]]) -> Card | None:
         k: first.get(k)
         for k in ("island", "host", "gpu", "gpu_uuid", "vendor", "model", "bandwidth_class")
     }
-    if first.get("gpu_memory_mib"):
-        common["gpu_memory_mib"] = first["gpu_memory_mib"]
+    common["gpu_memory_mib"] = memory  # MIG slices carry it (ledger.slices)
     ids = tuple(sorted((str(e["id"]) for e in entries), key=natural))
     return Card(
         key=key,
@@ -141,11 +232,14 @@ def _start(entry: Mapping[str, Any]) -> int:
     return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else -1
 
 
-def predicted_slices(card: Card, layout: Layout) -> list[dict[str, Any]]:
+def predicted_slices(card: AnyCard, layout: AnyLayout) -> list[dict[str, Any]]:
     """The slices the card will have after `layout` is applied, as the ledger records them
     (uuids are unknown until the node reports them: placeholders that name the card)."""
+    if isinstance(card, AmdHive):
+        return _hive_slices(card, layout)  # type: ignore[arg-type]
     base = f"{card.host}/gpu{card.index}"
     if layout == WHOLE:
+        common = {k: v for k, v in card.common.items() if k != "gpu_memory_mib"}
         return [
             {
                 "id": base,
@@ -154,7 +248,7 @@ def predicted_slices(card: Card, layout: Layout) -> list[dict[str, Any]]:
                 "memory_mib": card.memory_mib,
                 "uuid": card.common.get("gpu_uuid"),
                 "devices": [card.common["gpu_uuid"]] if card.common.get("gpu_uuid") else [],
-                **card.common,
+                **common,
             }
         ]
     out = []
@@ -170,6 +264,34 @@ def predicted_slices(card: Card, layout: Layout) -> list[dict[str, Any]]:
                 "uuid": f"{card.common.get('gpu_uuid')}/mig@{start}",
                 "devices": [],
                 **card.common,
+            }
+        )
+    return out
+
+
+def _hive_slices(hive: AmdHive, layout: AmdLayout) -> list[dict[str, Any]]:
+    """Logical GPUs are numbered across the node in card order, each card's partitions in
+    turn (what the driver and gpupoolctl.ledger.slices do); memory splits evenly."""
+    compute, memory = layout
+    per_card = hive.per_card(layout)
+    split = per_card > 1
+    suffix = f"/{compute.lower()}-{memory.lower()}" if split else ""
+    out = []
+    first = hive.indexes[0] if hive.indexes else 0
+    for k in range(hive.cards * per_card):
+        index = first + k
+        uuid = f"{hive.key}/gpu{index}"
+        out.append(
+            {
+                "id": f"{hive.host}/gpu{index}{suffix}",
+                "kind": "partition" if split else "gpu",
+                "profile": f"{compute}/{memory}" if split else None,
+                "memory_mib": hive.memory_mib // per_card,
+                "uuid": uuid,
+                "devices": [uuid],
+                "gpu": index,
+                "gpu_uuid": uuid,
+                **hive.common,
             }
         )
     return out

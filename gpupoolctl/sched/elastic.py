@@ -31,7 +31,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gpupoolctl.sched.cards import WHOLE, Card, Layout, layout_text, predicted_slices
+from gpupoolctl.sched.cards import (
+    WHOLE,
+    AmdHive,
+    AnyCard,
+    AnyLayout,
+    Card,
+    layout_text,
+    predicted_slices,
+)
 from gpupoolctl.sched.ids import natural
 from gpupoolctl.sched.request import JobRequest, host_matches, shape_matches
 
@@ -56,32 +64,41 @@ class ElasticInputs:
     """What elastic decisions read beyond the pool view: the policy and each card's clock."""
 
     policy: ElasticPolicy
-    cards: Mapping[str, Card]
+    cards: Mapping[str, AnyCard]
     in_hosts: InHosts = glob_hosts
     # card key -> when it last changed (a hold ended or began, a re-cut); absent: long ago
     changed: Mapping[str, datetime] = field(default_factory=dict)
     # card key -> why it may not be re-cut now (being re-cut, backing off after a failure)
     blocked: Mapping[str, str] = field(default_factory=dict)
 
-    def rule(self, card: Card) -> ElasticRule | None:
-        return self.policy.rule_for(card.host, "nvidia", card.model, self.in_hosts)
+    def rule(self, card: AnyCard) -> ElasticRule | None:
+        vendor = "amd" if isinstance(card, AmdHive) else "nvidia"
+        return self.policy.rule_for(card.host, vendor, card.model, self.in_hosts)
+
+    def changed_at(self, card: AnyCard) -> datetime | None:
+        """When the card last changed; for an AMD hive, the latest of its logical GPUs."""
+        keys = [card.key]
+        if isinstance(card, AmdHive):
+            keys += [f"{card.host}/gpu{i}" for i in card.indexes]
+        times = [self.changed[k] for k in keys if k in self.changed]
+        return max(times) if times else None
 
 
 @dataclass(frozen=True)
 class Recut:
-    card: Card
-    layout: Layout  # the new layout
+    card: AnyCard
+    layout: AnyLayout  # the new layout
     reason: str
     jobs: tuple[str, ...]  # the jobs it is made for (queue entry ids where no job is named)
     idle_s: float | None  # how long the card had been idle (None: since before the ledger)
 
     @property
     def before(self) -> str:
-        return layout_text(self.card.layout)
+        return layout_text(self.card.layout, self.card)
 
     @property
     def after(self) -> str:
-        return layout_text(self.layout)
+        return layout_text(self.layout, self.card)
 
     def slices(self) -> list[dict[str, Any]]:
         return predicted_slices(self.card, self.layout)
@@ -102,7 +119,7 @@ def _minutes(seconds: float) -> str:
 # -- what a card could hand out -----------------------------------------------------------
 
 
-def _allowed(card: Card, rule: ElasticRule) -> list[str]:
+def _allowed(card: Card, rule: ElasticRule) -> list[str]:  # MIG cards only
     """Profiles the card may be cut into (smaller than the card), smallest first."""
     names = rule.profiles if rule.profiles is not None else _plain_profiles(card)
     found = [card.geometry.by_name(n) for n in names]
@@ -126,9 +143,34 @@ def _whole_entry(card: Card) -> dict[str, Any]:
     return predicted_slices(card, card.whole_layout)[0]
 
 
-def smallest_profile(card: Card, rule: ElasticRule, request: JobRequest) -> str | None:
-    """The smallest allowed cut profile of the card that satisfies one slice of `request`."""
+def _amd_pairs(hive: AmdHive, rule: ElasticRule) -> list[tuple[str, str]]:
+    """Mode pairs the hive may be cut into (more than one partition a card), smallest
+    partition first."""
+    product = hive.product
+    pairs = [
+        pair
+        for pair in product.allowed
+        if product.compute_modes[pair[0]] > 1 and rule.allows_amd_mode(*pair)
+    ]
+    return sorted(pairs, key=lambda pair: (-product.compute_modes[pair[0]], pair))
+
+
+def _pair_entry(hive: AmdHive, pair: tuple[str, str]) -> dict[str, Any]:
+    memory = hive.memory_mib // hive.per_card(pair)
+    kind = "partition" if hive.per_card(pair) > 1 else "gpu"
+    profile = f"{pair[0]}/{pair[1]}" if kind == "partition" else None
+    return {"kind": kind, "profile": profile, "memory_mib": memory, **hive.common}
+
+
+def smallest_profile(card: AnyCard, rule: ElasticRule, request: JobRequest) -> str | None:
+    """The smallest allowed cut of the card that satisfies one slice of `request`: a MIG
+    profile, or for an AMD hive its mode pair ("CPX/NPS4")."""
     if not host_matches(card.host, request):
+        return None
+    if isinstance(card, AmdHive):
+        for pair in _amd_pairs(card, rule):
+            if shape_matches(_pair_entry(card, pair), request):
+                return f"{pair[0]}/{pair[1]}"
         return None
     for profile in _allowed(card, rule):
         if shape_matches(_profile_entry(card, profile), request):
@@ -136,11 +178,14 @@ def smallest_profile(card: Card, rule: ElasticRule, request: JobRequest) -> str 
     return None
 
 
-def wants_whole(card: Card, rule: ElasticRule, request: JobRequest) -> bool:
+def wants_whole(card: AnyCard, rule: ElasticRule, request: JobRequest) -> bool:
     """Whether the card whole serves `request` and no smaller cut of it would."""
     if not host_matches(card.host, request):
         return False
-    if not shape_matches(_whole_entry(card), request):
+    whole = (
+        _pair_entry(card, card.whole_layout) if isinstance(card, AmdHive) else _whole_entry(card)
+    )
+    if not shape_matches(whole, request):
         return False
     return smallest_profile(card, rule, request) is None
 
@@ -160,12 +205,22 @@ def could_ever_serve(request: JobRequest, inputs: ElasticInputs) -> bool:
 # -- which cards may be re-cut now --------------------------------------------------------
 
 
-def _idle(pool: PoolView, card: Card) -> bool:
+def _idle(pool: PoolView, card: AnyCard) -> bool:
     return all(pool.is_free(s) for s in card.slices) and not pool.gpu_used(card.key)
 
 
-def _whole_count(cards: Sequence[Card], host: str) -> int:
-    return sum(1 for c in cards if c.host == host and c.whole)
+def _whole_count(cards: Sequence[AnyCard], host: str) -> int:
+    """Whole cards on the host (an AMD hive counts its cards)."""
+    return sum(
+        (c.cards if isinstance(c, AmdHive) else 1) for c in cards if c.host == host and c.whole
+    )
+
+
+def _cuttable_whole(card: AnyCard, rule: ElasticRule, peers: Sequence[AnyCard], cut: int) -> bool:
+    """Whether cutting this whole card (or hive) still leaves the node `keep-whole` whole
+    cards under the rule; `cut`: whole cards of the node already cut in this pass."""
+    gone = card.cards if isinstance(card, AmdHive) else 1
+    return _whole_count(peers, card.host) - cut - gone >= rule.keep_whole
 
 
 def hidden_for(request: JobRequest, pool: PoolView, inputs: ElasticInputs) -> list[str]:
@@ -186,19 +241,19 @@ def hidden_for(request: JobRequest, pool: PoolView, inputs: ElasticInputs) -> li
         if rule is None or smallest_profile(card, rule, request) is None:
             continue
         peers = by_rule.setdefault(id(rule), _rule_cards(inputs, rule))
-        if _whole_count(peers, card.host) <= rule.keep_whole:
+        if not _cuttable_whole(card, rule, peers, 0):
             continue
         hidden.extend(card.slices)
     return hidden
 
 
-def _rule_cards(inputs: ElasticInputs, rule: ElasticRule) -> list[Card]:
+def _rule_cards(inputs: ElasticInputs, rule: ElasticRule) -> list[AnyCard]:
     return [c for c in inputs.cards.values() if inputs.rule(c) is rule]
 
 
 @dataclass
 class _Candidate:
-    card: Card
+    card: AnyCard
     rule: ElasticRule
     idle_s: float | None
 
@@ -216,7 +271,7 @@ def candidates(pool: PoolView, inputs: ElasticInputs, now: datetime) -> list[_Ca
         rule = inputs.rule(card)
         if rule is None:
             continue
-        changed = inputs.changed.get(key)
+        changed = inputs.changed_at(card)
         idle_s = (now - changed).total_seconds() if changed is not None else None
         if idle_s is not None and idle_s < policy.min_idle_s:
             continue
@@ -315,14 +370,14 @@ def _merge(
     if request.gpus > 1 and (request.same_node or request.same_island):
         for host, group in by_host.items():
             have = sum(1 for _ in pool.free_candidates(_on_host(request, host)))
-            missing = need - have
-            if 0 < missing <= min(len(group), budget):
-                plans.append((missing, host, group[:missing]))
+            picked = _enough(group, need - have, budget)
+            if picked:
+                plans.append((len(picked), host, picked))
     else:
         have = sum(1 for _ in pool.free_candidates(request))
-        missing = need - have
-        if 0 < missing <= min(len(mergeable), budget):
-            plans.append((missing, "", list(mergeable[:missing])))
+        picked = _enough(list(mergeable), need - have, budget)
+        if picked:
+            plans.append((len(picked), "", picked))
     if not plans:
         return []
     _, _, picked = min(plans, key=lambda p: (p[0], natural(p[1])))
@@ -333,6 +388,22 @@ def _merge(
         recut = Recut(cand.card, layout, reason, (entry.job or entry.id,), cand.idle_s)
         out.append((recut, []))
     return out
+
+
+def _enough(group: Sequence[_Candidate], missing: int, budget: int) -> list[_Candidate]:
+    """The first candidates that, made whole, give `missing` whole cards ([] if they cannot
+    within the budget); an AMD hive gives all of its cards."""
+    if missing <= 0:
+        return []
+    picked: list[_Candidate] = []
+    for cand in group:
+        if len(picked) == budget:
+            break
+        picked.append(cand)
+        missing -= cand.card.cards if isinstance(cand.card, AmdHive) else 1
+        if missing <= 0:
+            return picked
+    return []
 
 
 def _on_host(request: JobRequest, host: str) -> JobRequest:
@@ -352,7 +423,8 @@ def _cut(
     cut_on_host: dict[str, int] = {}
     for recut in chosen:
         if recut.card.whole:
-            cut_on_host[recut.card.host] = cut_on_host.get(recut.card.host, 0) + 1
+            gone = recut.card.cards if isinstance(recut.card, AmdHive) else 1
+            cut_on_host[recut.card.host] = cut_on_host.get(recut.card.host, 0) + gone
     for cand in free:
         card, rule = cand.card, cand.rule
         first = smallest_profile(card, rule, entry.request)
@@ -360,10 +432,13 @@ def _cut(
             continue
         if card.whole:
             peers = _rule_cards(inputs, rule)
-            whole_left = _whole_count(peers, card.host) - cut_on_host.get(card.host, 0)
-            if whole_left <= rule.keep_whole:
+            if not _cuttable_whole(card, rule, peers, cut_on_host.get(card.host, 0)):
                 continue
-        packed = _pack(card, rule, entry, first, rest)
+        packed = (
+            _pack_hive(card, rule, entry, rest)
+            if isinstance(card, AmdHive)
+            else _pack(card, rule, entry, first, rest)
+        )
         if packed is None:
             continue
         layout, jobs, weight = packed
@@ -381,7 +456,7 @@ def _cut(
 
 def _pack(
     card: Card, rule: ElasticRule, entry: QueueEntry, first: str, rest: Sequence[QueueEntry]
-) -> tuple[Layout, list[str], int] | None:
+) -> tuple[AnyLayout, list[str], int] | None:
     """A layout for `entry` (gpus copies of `first`), then as much of `rest` as fits, then
     filled with more of the smallest profile used. None when even `entry` does not fit."""
     # Imported here: the partition package costs ~35 ms, and only elastic passes need it.
@@ -415,6 +490,35 @@ def _pack(
     placed = plan_layout(geometry, counts)
     assert placed is not None
     return tuple(sorted(placed, key=lambda p: (p[1], p[0]))), jobs, weight
+
+
+def _pack_hive(
+    hive: AmdHive, rule: ElasticRule, entry: QueueEntry, rest: Sequence[QueueEntry]
+) -> tuple[tuple[str, str], list[str], int] | None:
+    """The mode pair for the hive that holds `entry` and the most of `rest` (one slice
+    each), the smaller partitions first on a tie. None when no pair holds `entry`."""
+    best: tuple[tuple[int, int], tuple[str, str], list[str]] | None = None
+    for pair in _amd_pairs(hive, rule):
+        slot = _pair_entry(hive, pair)
+        if not shape_matches(slot, entry.request):
+            continue
+        room = hive.per_card(pair) * hive.cards - entry.request.gpus
+        if room < 0:
+            continue
+        jobs = [entry.job or entry.id]
+        for other in rest:
+            if room == 0:
+                break
+            if other.request.gpus == 1 and shape_matches(slot, other.request):
+                jobs.append(other.job or other.id)
+                room -= 1
+        served = entry.request.gpus + len(jobs) - 1
+        key = (served, hive.per_card(pair))
+        if best is None or key > best[0]:
+            best = (key, pair, jobs)
+    if best is None:
+        return None
+    return best[1], best[2], best[0][0]
 
 
 def _leftover(slices: list[dict[str, Any]], served: Sequence[QueueEntry]) -> list[dict[str, Any]]:

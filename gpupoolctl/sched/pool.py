@@ -473,13 +473,11 @@ def _reshape_holders(state: State) -> list[Holder]:
     an allocation that holds one of them (it cannot, but history may say so) keeps it."""
     if not state.reshapes:
         return []
-    cards = {str(r["gpu"]): str(r["id"]) for r in state.reshapes.values()}
     taken = state.holders
     found: dict[str, list[str]] = {}
-    for sid, entry in state.slices.items():
-        card = f"{entry['host']}/gpu{entry['gpu']}" if entry.get("gpu") is not None else None
-        if card in cards and sid not in taken:
-            found.setdefault(cards[card], []).append(sid)
+    for sid, reshape_id in sorted(state.recutting_slices().items()):
+        if sid in state.slices and sid not in taken:
+            found.setdefault(reshape_id, []).append(sid)
     return [
         Holder(alloc=f"reshape:{rid}", owner=RESHAPE_OWNER, slices=tuple(ids))
         for rid, ids in found.items()

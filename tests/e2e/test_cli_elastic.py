@@ -183,3 +183,41 @@ def test_a_pass_killed_mid_recut_leaves_a_reservation_the_next_pass_closes(
     assert len(cut) == 7
     queued = [j for j in jobs_cli("-q", "jobs", "--all", "-o", "json").json()]
     assert [j["state"] for j in queued] == ["running"] and queued[0]["slice"].startswith(gpu)
+
+
+def test_an_amd_hive_is_cut_for_small_work_and_made_whole_again_for_a_whole_card_job(
+    jobs_cli, tmp_path: Path
+) -> None:
+    policy = tmp_path / "amd.yaml"
+    policy.write_text(
+        "version: 1\nelastic:\n  min-idle: 0s\n  batch-window: 0s\n  rules:\n"
+        "    - vendor: amd\n      amd-modes: [cpx/nps4, dpx/nps2]\n"
+    )
+    mi300x = "dxb-mi300x-01"
+    small = jobs_cli(
+        "--pool-policy", str(policy), "submit", "--vendor", "amd", "--mem", "20G", "--",
+        PY, "-c", "import time; time.sleep(30)",
+    )  # fmt: skip
+    assert small.code == 0, small.stderr
+    small_id = small.stdout.strip()
+    (reserved, done) = reshapes(jobs_cli)
+    assert done["state"] == "done" and done["gpu"] == f"{mi300x}/amd-island0"
+    assert done["before"] == "8 cards x SPX/NPS1"
+    assert done["after"] == "8 cards x CPX/NPS4 (64 x 24 GiB)"
+    running = job(jobs_cli, small_id, policy)
+    assert running["state"] == "running" and running["slice"].endswith("/cpx-nps4")
+    pool = jobs_cli("-q", "pool", "--no-refresh", "-o", "json").json()
+    (node,) = [n for n in pool["nodes"] if n["host"] == mi300x]
+    assert node["total"] == 64
+
+    assert jobs_cli("-q", "cancel", small_id, "--grace", "1").code == 0
+    whole = jobs_cli(
+        "--pool-policy", str(policy), "submit", "--vendor", "amd", "--profile", "gpu",
+        "--gpus", "2", "--same-node", "--", PY, "-c", "import time; time.sleep(30)",
+    )  # fmt: skip
+    assert whole.code == 0, whole.stderr
+    merged = reshapes(jobs_cli)[-1]
+    assert merged["state"] == "done" and merged["after"] == "8 cards x SPX/NPS1", merged
+    started = job(jobs_cli, whole.stdout.strip(), policy)
+    assert started["state"] == "running" and started["slice"].count(",") == 1
+    assert all("/" not in s.split(f"{mi300x}/")[1] for s in started["slice"].split(","))
