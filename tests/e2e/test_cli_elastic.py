@@ -200,7 +200,8 @@ def test_an_amd_hive_is_cut_for_small_work_and_made_whole_again_for_a_whole_card
     )  # fmt: skip
     assert small.code == 0, small.stderr
     small_id = small.stdout.strip()
-    (reserved, done) = reshapes(jobs_cli)
+    [reserved, done] = reshapes(jobs_cli)
+    assert reserved["state"] == "reserved"
     assert done["state"] == "done" and done["gpu"] == f"{mi300x}/amd-island0"
     assert done["before"] == "8 cards x SPX/NPS1"
     assert done["after"] == "8 cards x CPX/NPS4 (64 x 24 GiB)"
