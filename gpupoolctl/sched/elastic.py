@@ -180,7 +180,7 @@ def smallest_profile(card: AnyCard, rule: ElasticRule, request: JobRequest) -> s
 
 def wants_whole(card: AnyCard, rule: ElasticRule, request: JobRequest) -> bool:
     """Whether the card whole serves `request` and no smaller cut of it would."""
-    if not host_matches(card.host, request):
+    if not host_matches(card.host, request) or not may_merge(card, rule):
         return False
     whole = (
         _pair_entry(card, card.whole_layout) if isinstance(card, AmdHive) else _whole_entry(card)
@@ -223,28 +223,80 @@ def _cuttable_whole(card: AnyCard, rule: ElasticRule, peers: Sequence[AnyCard], 
     return _whole_count(peers, card.host) - cut - gone >= rule.keep_whole
 
 
+# An idle card is kept for a re-cut, not handed to a request, when what it has now for that
+# request holds at least this many times the memory of what a re-cut would give it: a
+# 10 GB job on a whole 80 GB card (8x) or on a 96 GB MI300X partition (4x+) is the waste
+# elastic exists to avoid; a 10 GB job on a 20 GB slice (2x) is best-fit's ordinary slack.
+OVERSIZE = 2
+
+
 def hidden_for(request: JobRequest, pool: PoolView, inputs: ElasticInputs) -> list[str]:
-    """Free whole cards a small request must not take, because elastic may cut them for it:
-    their slice ids (the caller hides them from placement for this request only). A card the
-    policy keeps whole (keep-whole), or one that cannot be re-cut, is not hidden."""
+    """Free slices of idle elastic cards that a request must not take, because a re-cut of
+    the card would serve it with far less memory (OVERSIZE): their slice ids (the caller
+    hides them from placement for this request only). Not hidden: a card the policy keeps
+    whole (keep-whole), one no allowed cut of which holds the whole request (a same-node
+    job larger than one card, a job spread over nodes), one that fits the request well."""
     if not inputs.policy.enabled:
         return []
     hidden: list[str] = []
-    by_rule: dict[int, list[Card]] = {}
+    by_rule: dict[int, list[AnyCard]] = {}
     for card in inputs.cards.values():
         # A blocked card (being re-cut, or backing off after a failed re-cut) stays hidden
         # too: it is still an elastic card, and small work taking it whole is the waste
         # elastic exists to avoid; work that needs it whole still sees it.
-        if not card.whole or not _idle(pool, card):
+        if not _idle(pool, card):
             continue
         rule = inputs.rule(card)
-        if rule is None or smallest_profile(card, rule, request) is None:
+        if rule is None:
             continue
-        peers = by_rule.setdefault(id(rule), _rule_cards(inputs, rule))
-        if not _cuttable_whole(card, rule, peers, 0):
+        cut = smallest_profile(card, rule, request)
+        if cut is None or not _one_card_holds(card, cut, request):
             continue
+        fits_now = [
+            pool.slices[s]["memory_mib"]
+            for s in card.slices
+            if shape_matches(pool.slices[s], request)
+        ]
+        if not fits_now or min(fits_now) < OVERSIZE * _cut_memory(card, cut):
+            continue
+        if card.whole:
+            peers = by_rule.setdefault(id(rule), _rule_cards(inputs, rule))
+            if not _cuttable_whole(card, rule, peers, 0):
+                continue
         hidden.extend(card.slices)
     return hidden
+
+
+def _cut_memory(card: AnyCard, cut: str) -> int:
+    """Memory of one slice of a cut (a MIG profile, or an AMD hive's mode pair)."""
+    if isinstance(card, AmdHive):
+        compute, _, memory = cut.partition("/")
+        return card.memory_mib // card.per_card((compute, memory))
+    gi = card.geometry.by_name(cut)
+    assert gi is not None
+    return gi.memory_mib
+
+
+def _one_card_holds(card: AnyCard, cut: str, request: JobRequest) -> bool:
+    """Whether one re-cut of this card alone could hold the whole request."""
+    if request.gpus == 1:
+        return True
+    if not (request.same_node or request.same_island):
+        return False  # spread over nodes: this card is never all of it
+    if isinstance(card, AmdHive):
+        compute, _, memory = cut.partition("/")
+        return card.per_card((compute, memory)) * card.cards >= request.gpus
+    from gpupoolctl.partition.planner import place as plan_layout
+
+    return plan_layout(card.geometry, {cut: request.gpus}) is not None
+
+
+def may_merge(card: AnyCard, rule: ElasticRule) -> bool:
+    """Whether the rule lets the card become whole: MIG off needs no profile; Ampere's
+    full-size instance and AMD's one-partition mode must be allowed like any other."""
+    if isinstance(card, AmdHive):
+        return rule.allows_amd_mode(*card.whole_layout)
+    return card.mig_toggle or rule.allows_profile(card.full_profile.name)
 
 
 def _rule_cards(inputs: ElasticInputs, rule: ElasticRule) -> list[AnyCard]:

@@ -143,13 +143,16 @@ def schedule_pass(
                     pool.take(slot.id)
                     reserved.append(slot.id)
                 result.reserved_for.append(entry.id)
-        if elastic_on and result.preempt is None:
-            assert elastic is not None
-            waiting = [e for e, _ in result.waiting]
-            result.recuts = elastic_rules.plan_recuts(waiting, pool, elastic, now)
     finally:
         for slice_id in reversed(reserved):
             pool.give(slice_id)
+    if elastic_on and result.preempt is None:
+        # After the aging reservations are given back: a starving entry's slices are
+        # reserved against smaller work in this pass, not against a re-cut made for it
+        # (re-cuts go to waiting work in queue order, the starving entry first).
+        assert elastic is not None
+        waiting = [e for e, _ in result.waiting]
+        result.recuts = elastic_rules.plan_recuts(waiting, pool, elastic, now)
     return result
 
 

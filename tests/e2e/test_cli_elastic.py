@@ -188,10 +188,11 @@ def test_a_pass_killed_mid_recut_leaves_a_reservation_the_next_pass_closes(
 def test_an_amd_hive_is_cut_for_small_work_and_made_whole_again_for_a_whole_card_job(
     jobs_cli, tmp_path: Path
 ) -> None:
+    # The modes the hive may take, whole (SPX) among them: a mode not listed is never made.
     policy = tmp_path / "amd.yaml"
     policy.write_text(
         "version: 1\nelastic:\n  min-idle: 0s\n  batch-window: 0s\n  rules:\n"
-        "    - vendor: amd\n      amd-modes: [cpx/nps4, dpx/nps2]\n"
+        "    - vendor: amd\n      amd-modes: [spx/nps1, cpx/nps4, dpx/nps2]\n"
     )
     mi300x = "dxb-mi300x-01"
     small = jobs_cli(
