@@ -26,11 +26,13 @@ The rules, in the order they are applied:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from gpupoolctl.hw import catalog
 from gpupoolctl.sched.cards import (
     WHOLE,
     AmdHive,
@@ -119,18 +121,22 @@ def _minutes(seconds: float) -> str:
 # -- what a card could hand out -----------------------------------------------------------
 
 
-def _allowed(card: Card, rule: ElasticRule) -> list[str]:  # MIG cards only
+def _allowed(card: Card, rule: ElasticRule) -> tuple[str, ...]:  # MIG cards only
     """Profiles the card may be cut into (smaller than the card), smallest first."""
-    names = rule.profiles if rule.profiles is not None else _plain_profiles(card)
-    found = [card.geometry.by_name(n) for n in names]
-    full = card.full_profile.name
+    return _allowed_in(card.geometry, rule.profiles)
+
+
+@functools.lru_cache(maxsize=256)
+def _allowed_in(geometry: catalog.MigGeometry, names: tuple[str, ...] | None) -> tuple[str, ...]:
+    if names is None:
+        # "+me" / "-me" / "+gfx" variants differ in media engines, not in size: not chosen
+        # unless a rule names them.
+        names = tuple(p.name for p in geometry.profiles if "+" not in p.name and "-" not in p.name)
+    full = max(geometry.profiles, key=lambda p: (p.compute_slices, p.memory_mib)).name
+    found = [geometry.by_name(n) for n in names]
     profiles = [p for p in found if p is not None and p.name != full]
-    return [p.name for p in sorted(profiles, key=lambda p: (p.memory_mib, p.compute_slices))]
-
-
-def _plain_profiles(card: Card) -> list[str]:
-    # "+me" / "-me" / "+gfx" variants differ in media engines, not in size: not chosen unasked
-    return [p.name for p in card.geometry.profiles if "+" not in p.name and "-" not in p.name]
+    ordered = sorted(profiles, key=lambda p: (p.memory_mib, p.compute_slices))
+    return tuple(p.name for p in ordered)
 
 
 def _profile_entry(card: Card, profile: str) -> dict[str, Any]:
@@ -206,7 +212,10 @@ def could_ever_serve(request: JobRequest, inputs: ElasticInputs) -> bool:
 
 
 def _idle(pool: PoolView, card: AnyCard) -> bool:
-    return all(pool.is_free(s) for s in card.slices) and not pool.gpu_used(card.key)
+    """No slice of the card held or taken (the view counts both per GPU key)."""
+    if isinstance(card, AmdHive):
+        return not any(pool.gpu_used(f"{card.host}/gpu{i}") for i in card.indexes)
+    return not pool.gpu_used(card.key)
 
 
 def _whole_count(cards: Sequence[AnyCard], host: str) -> int:

@@ -203,8 +203,11 @@ def _no_fit(request: JobRequest, pool: PoolView, tried: list[str | None]) -> NoF
         free_now = sum(1 for _ in pool.free_candidates(request))
         if request.host is None:
             total = sum(len(s.members) for s in pool.shapes_for(request))
-        else:
-            total = sum(1 for _ in pool.all_candidates(request))
+        else:  # a count of the slices alone, holds aside: computed once per view's slices
+            total = pool.static_cache(
+                ("all", request.static_key(), request.host),
+                lambda: sum(1 for _ in pool.all_candidates(request)),
+            )
         if total == 0:
             return NoFit(f"no slice in the pool matches {want}", never=True)
         if total < request.gpus:

@@ -22,9 +22,9 @@ that elastic may cut for it and choose the re-cuts that let waiting work fit
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.sched import elastic as elastic_rules
 from gpupoolctl.sched.entry import QueueEntry
@@ -104,14 +104,14 @@ def schedule_pass(
     result = PassResult()
     # The pass only ever takes slices, so a request that did not fit cannot fit later in the
     # same pass: identical requests (priority aside) reuse the answer.
-    failed: dict[tuple[JobRequest, str], NoFit] = {}
+    failed: dict[tuple[tuple[Any, ...], str], NoFit] = {}
     reserved: list[str] = []
     mine: set[str] = set()  # holds placed by this pass: never preemption victims
     elastic_on = elastic is not None and elastic.policy.enabled
     try:
         for entry in order_queue(entries, now, interval=interval, cap=cap):
             how = entry.policy or policy
-            shape = replace(entry.request, priority=0, preemptible=False)
+            shape = entry.request.shape_key()
             outcome = failed.get((shape, how)) or _place(entry.request, pool, how, elastic)
             if isinstance(outcome, Placement):
                 pool.hold(

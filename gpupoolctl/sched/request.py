@@ -118,6 +118,21 @@ class JobRequest:
             parts.append("same node")
         return f"{self.gpus} x " + ", ".join(parts)
 
+    def shape_key(self) -> tuple[Any, ...]:
+        """Everything placement looks at, priority and preemptibility aside: requests with
+        the same key get the same answer from place() on the same view."""
+        return (
+            self.gpus,
+            self.profile,
+            self.memory_mib,
+            self.vendor,
+            self.model,
+            self.bandwidth_class,
+            self.same_node,
+            self.same_island,
+            self.host,
+        )
+
     def static_key(self) -> tuple[Any, ...]:
         """The attributes that decide whether one slice shape matches (cache key)."""
         return (
