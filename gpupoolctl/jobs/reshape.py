@@ -148,51 +148,27 @@ def recover(jobs: Any) -> list[dict[str, Any]]:
 
 
 def spec_for(recut: Recut) -> Any:
-    """A partition spec asking for the new layout of this one GPU (pinned placements)."""
+    """A partition spec asking for the new layout of this one card (a MIG GPU at pinned
+    placements, or every logical GPU of an AMD hive in one mode pair)."""
     from gpupoolctl.partition import MigDevice, Spec, SpecEntry, parse_profile_name
 
     card = recut.card
+    asks: dict[str, Any]
     if isinstance(card, AmdHive):
         compute, memory = recut.layout  # type: ignore[misc]
-        entry = SpecEntry(
-            source="elastic",
-            label=ELASTIC_LABEL,
-            line=0,
-            devices=card.indexes,
-            hosts=(card.host,),
-            compute_partition=compute,
-            memory_partition=memory,
-        )
-        return Spec(source="elastic", labels=[ELASTIC_LABEL], configs={ELASTIC_LABEL: [entry]})
-    if recut.layout == WHOLE:
-        entry = SpecEntry(
-            source="elastic",
-            label=ELASTIC_LABEL,
-            line=0,
-            devices=(card.index,),
-            hosts=(card.host,),
-            mig_enabled=False,
-        )
+        devices = card.indexes
+        asks = {"compute_partition": compute, "memory_partition": memory}
+    elif recut.layout == WHOLE:
+        devices, asks = (card.index,), {"mig_enabled": False}
     else:
-        devices = tuple(
-            MigDevice(
-                key=f"{profile}@{start}",
-                profile=parse_profile_name(profile),
-                count=1,
-                start=start,
-                line=0,
-            )
-            for profile, start in recut.layout
+        pinned = tuple(
+            MigDevice(f"{name}@{start}", parse_profile_name(name), 1, start, 0)
+            for name, start in recut.layout  # type: ignore[misc]
         )
-        entry = SpecEntry(
-            source="elastic",
-            label=ELASTIC_LABEL,
-            line=0,
-            devices=(card.index,),
-            hosts=(card.host,),
-            mig_enabled=True,
-            mig_devices=devices,
-        )
+        devices, asks = (card.index,), {"mig_enabled": True, "mig_devices": pinned}
+    entry = SpecEntry(
+        source="elastic", label=ELASTIC_LABEL, line=0, devices=devices, hosts=(card.host,), **asks
+    )
     return Spec(source="elastic", labels=[ELASTIC_LABEL], configs={ELASTIC_LABEL: [entry]})
 
 
