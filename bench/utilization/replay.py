@@ -62,10 +62,13 @@ class Run:
 @dataclass(frozen=True)
 class Recut:
     """A re-cut decision: GPU `gpu` ("host/gpuN", PoolView's GPU key) is to hold `slices`
-    (slice dicts as ledger.slices_from_facts makes them) instead of its slices now."""
+    (slice dicts as ledger.slices_from_facts makes them) instead of its slices now. `old`:
+    the slice ids it replaces, when not simply every slice of `gpu` (an AMD hive is the
+    slices of several logical GPUs)."""
 
     gpu: str
     slices: list[dict[str, Any]]
+    old: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -82,6 +85,9 @@ class PassContext:
 
 
 RecutHook = Callable[[PassContext], Iterable[Recut]]
+# The elastic inputs of a pass (gpupoolctl.sched.elastic.ElasticInputs), built from the
+# pool's slices now and when each GPU last changed (GPU key -> time).
+ElasticOf = Callable[[dict[str, dict[str, Any]], dict[str, datetime]], Any]
 
 
 def gpu_key(entry: dict[str, Any]) -> str:
@@ -146,7 +152,10 @@ def replay(
     recut_cost: float = RECUT_COST_S,
     pass_interval: float | None = None,
     trim: bool = False,
+    elastic: ElasticOf | None = None,
 ) -> Run:
+    """`elastic`: the pass runs with elastic re-cuts (schedule_pass(..., elastic=...), the
+    one scheduler) and the re-cuts it decides are made as a hook's are."""
     current: dict[str, dict[str, Any]] = {s["id"]: s for s in slices}
     view = PoolView(slices)
     run = Run(name, total_mib)
@@ -161,6 +170,15 @@ def replay(
     keys: dict[str, int] = {}  # entry id -> group number
     index = 0
     tick = 0
+    changed: dict[str, datetime] = {}  # GPU key -> when a hold began or ended, or a re-cut
+    inputs = None  # the elastic inputs; rebuilt when the slice set changes
+
+    def touch(slice_ids: Iterable[str], at: float) -> None:
+        moment = T0 + timedelta(seconds=at)
+        for sid in slice_ids:
+            entry = current.get(sid)
+            if entry is not None:
+                changed[gpu_key(entry)] = moment
 
     def rebuild() -> None:
         nonlocal view
@@ -192,18 +210,20 @@ def replay(
             run.waiting.extend(queue)
             break
         while running and running[0][0] <= now:
-            _, job_id = heapq.heappop(running)
-            view.unhold(job_id)
-        changed = False
+            end, job_id = heapq.heappop(running)
+            touch(view.unhold(job_id).slices, end)
+        changed_set = False
         while pending and pending[0][0] <= now:
             _, _, recut = heapq.heappop(pending)
             del recutting[recut.gpu]
             for entry in recut.slices:
                 assert entry["id"] not in current, f"re-cut {recut.gpu}: {entry['id']} exists"
                 current[entry["id"]] = entry
-            changed = True
-        if changed:
+            touch([e["id"] for e in recut.slices], now)
+            changed_set = True
+        if changed_set:
             rebuild()
+            inputs = None
         while index < len(arrivals) and arrivals[index].arrival <= now:
             job = arrivals[index]
             request: JobRequest = request_of(job)
@@ -224,7 +244,11 @@ def replay(
         clock = T0 + timedelta(seconds=now)
         began = time.perf_counter()
         entries = trimmed(queue, view, keys, shapes) if trim else list(queue.values())
-        result = schedule_pass(entries, view, clock, policy)
+        if elastic is not None and inputs is None:
+            inputs = elastic(current, changed)
+        if inputs is not None:
+            inputs = replace(inputs, changed=changed)
+        result = schedule_pass(entries, view, clock, policy, elastic=inputs)
         run.pass_s += time.perf_counter() - began
         run.passes += 1
         for entry, placement in result.placed:
@@ -234,24 +258,30 @@ def replay(
             run.ends[job.id] = now + job.duration
             run.held_mib[job.id] = sum(view.slices[s]["memory_mib"] for s in placement.slices)
             heapq.heappush(running, (now + job.duration, job.id))
+            touch(placement.slices, now)
         never = {shapes[keys[entry.id]] for entry, _ in result.never}
         for entry_id in [i for i in queue if never and shapes[keys[i]] in never]:
             del queue[entry_id]  # every entry of a shape that can never fit, trimmed or not
             run.refused.append(entry_id)
-        if hook is None:
-            continue
-        context = PassContext(
-            now, clock, view, list(queue.values()), result, dict(current), dict(recutting)
-        )
-        decided = list(hook(context))
+        decided = [Recut(r.card.key, r.slices(), tuple(r.card.slices)) for r in result.recuts]
+        if hook is not None:
+            context = PassContext(
+                now, clock, view, list(queue.values()), result, dict(current), dict(recutting)
+            )
+            decided += list(hook(context))
         for recut in decided:
             assert recut.gpu not in recutting, f"re-cut {recut.gpu}: already being re-cut"
-            old = [sid for sid, s in current.items() if gpu_key(s) == recut.gpu]
+            old = (
+                list(recut.old)
+                if recut.old is not None
+                else [sid for sid, s in current.items() if gpu_key(s) == recut.gpu]
+            )
             busy = [sid for sid in old if not view.is_free(sid)]
             assert not busy, f"re-cut {recut.gpu}: slices held: {busy}"
-            assert all(gpu_key(s) == recut.gpu for s in recut.slices), (
+            assert recut.old is not None or all(gpu_key(s) == recut.gpu for s in recut.slices), (
                 f"re-cut {recut.gpu}: a new slice is on another GPU"
             )
+            touch(old, now)
             for sid in old:
                 del current[sid]
             recutting[recut.gpu] = now + recut_cost
@@ -259,4 +289,5 @@ def replay(
             run.recuts.append((now, recut.gpu))
         if decided:
             rebuild()
+            inputs = None
     return run

@@ -21,7 +21,9 @@ The contended day, measured over its 24 h window of arrivals (window.py):
   <layout>    every label of playbooks/layouts.yaml applied, jobs asking their memory,
               vendor and site pin, trace priorities; `best fixed` is the one with the
               highest utilization, chosen in hindsight per seed;
-  elastic     only once elastic_hook() returns a hook (the extension point below).
+  elastic     starts from the `mixed` layout; every pass runs with the elastic section of
+              playbooks/pool.yaml (as shipped), and the re-cuts it decides are made,
+              each card out of the pool for --recut-cost seconds.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 import simpool  # noqa: E402
 import window  # noqa: E402
 from jobtrace import DAY, Job, make_contended_trace, make_trace  # noqa: E402
-from replay import RECUT_COST_S, RecutHook, Run, replay  # noqa: E402
+from replay import RECUT_COST_S, Run, replay  # noqa: E402
 
 from gpupoolctl.inventory import load_inventory  # noqa: E402
 from gpupoolctl.partition import load_spec  # noqa: E402
@@ -173,20 +175,58 @@ def contended_request(job: Job) -> JobRequest:
     )
 
 
-def elastic_hook() -> RecutHook | None:
-    """EXTENSION POINT (elastic): return the per-pass re-cut hook, or None (no elastic column).
-
-    The elastic decision is being written in gpupoolctl/sched/; wrap it here as a
-    replay.RecutHook: `hook(ctx: replay.PassContext) -> Iterable[replay.Recut]`, where a
-    Recut names a GPU key ("host/gpuN") and that GPU's new list of slice dicts. The replay
-    models the cost (the GPU out of the pool for --recut-cost seconds; its old slices must
-    all be free) and rebuilds the PoolView with the holds re-applied. The column starts
-    from ELASTIC_START and is measured like every other. The bench decides nothing itself.
-    """
-    return None
+POLICY = HERE.parents[1] / "playbooks" / "pool.yaml"  # the shipped example, as it is
 
 
-ELASTIC_START = "mixed"  # the layout the elastic column starts the day from
+def slice_sizes(slices: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """vendor -> every slice size the pool's cards can have (whole, each MIG profile, each
+    AMD partition), from the catalogs: what window.granular_bound needs."""
+    from gpupoolctl.hw import amd_modes, catalog
+
+    sizes: dict[str, set[int]] = {}
+    for entry in slices:
+        vendor, model = str(entry["vendor"]), str(entry.get("model") or "")
+        found = sizes.setdefault(vendor, set())
+        found.add(int(entry["memory_mib"]))
+        nvidia = catalog.find_nvidia_model(name=model) if vendor == "nvidia" else None
+        if nvidia is not None and nvidia.mig is not None:
+            found.update(p.memory_mib for p in nvidia.mig.profiles)
+        product = amd_modes.find_product(market_name=model) if vendor == "amd" else None
+        if product is not None:
+            found.update(
+                int(entry["memory_mib"]) // product.compute_modes[c] for c, _ in product.allowed
+            )
+    return {vendor: sorted(found) for vendor, found in sizes.items()}
+
+
+def elastic_of(policy_file: Path) -> Any:
+    """The elastic inputs of a pass: the pool policy file's elastic section, the cards of
+    the slices now, and when each last changed (replay.ElasticOf). Host patterns in the
+    policy are read through the bundled inventory, as the CLI reads them. Nothing here
+    decides: gpupoolctl.sched.schedule_pass does, with these inputs."""
+    from gpupoolctl.policy import load_policy
+    from gpupoolctl.sched.cards import cards_of
+    from gpupoolctl.sched.elastic import ElasticInputs
+
+    policy = load_policy(policy_file).elastic
+    inventory = load_inventory(simpool.INVENTORY)
+    chosen: dict[str, set[str]] = {}
+
+    def in_hosts(pattern: str, host: str) -> bool:
+        if pattern not in chosen:
+            chosen[pattern] = {h.name for h in inventory.select(pattern)}
+        return host in chosen[pattern]
+
+    def inputs(slices: dict[str, dict[str, Any]], changed: dict[str, Any]) -> Any:
+        return ElasticInputs(policy, cards_of(slices.values()), in_hosts, changed)
+
+    return inputs
+
+
+# Where the elastic column starts (elastic-start.yaml): every card whole, the A100s in MIG
+# mode as one full-size instance (their mode changes need a reset, which elastic never does).
+ELASTIC_START = "elastic-start"
+ELASTIC_START_FILE = HERE / "elastic-start.yaml"
 
 
 def replay_task(task: dict[str, Any]) -> tuple[str, Run, float]:
@@ -215,10 +255,12 @@ def replay_task(task: dict[str, Any]) -> tuple[str, Run, float]:
             contended_static_request if static else contended_request,
             (lambda j: 50) if static else (lambda j: j.priority),
             until=DAY,
-            hook=elastic_hook() if task["column"] == "elastic" else None,
             recut_cost=task["recut_cost"],
             pass_interval=task["pass_interval"],
-            trim=True,
+            # Trimming is exact only for passes without re-cuts (replay.trimmed): the
+            # elastic column gets the whole queue, as production does.
+            trim=task["column"] != "elastic",
+            elastic=elastic_of(task["policy"]) if task["column"] == "elastic" else None,
         )
     return task["key"], run, time.perf_counter() - began
 
@@ -273,7 +315,8 @@ def print_contended(seed: int, jobs: list[Job], rows: list[dict[str, Any]], limi
     line("re-cuts", [str(r["recuts"]) for r in rows])
     print(
         f"capacity bound (window): utilization <= {limit['refined']:.1%} "
-        f"(simple: min(1, demand in window / capacity) = {limit['simple']:.1%})"
+        f"(simple: min(1, demand in window / capacity) = {limit['simple']:.1%}); "
+        f"one job per slice, any layout: <= {limit['granular']:.1%}"
     )
 
 
@@ -291,11 +334,13 @@ def contended_summary(seeds: list[int], results: dict[int, dict[str, Any]]) -> d
         bound = data["bound"]["refined"]
         add("best fixed / static", best["utilization"] / static["utilization"])
         add("best fixed / bound", best["utilization"] / bound)
+        add("best fixed / slice bound", best["utilization"] / data["bound"]["granular"])
         if "elastic" in by:
             elastic = by["elastic"]
             add("elastic / static", elastic["utilization"] / static["utilization"])
             add("elastic / best fixed", elastic["utilization"] / best["utilization"])
             add("elastic / bound", elastic["utilization"] / bound)
+            add("elastic / slice bound", elastic["utilization"] / data["bound"]["granular"])
             p95 = elastic["by_class"]["inference"]["p95_wait_min"]
             best_p95 = best["by_class"]["inference"]["p95_wait_min"]
             for name, ok in (
@@ -338,6 +383,10 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, default=min(2, os.cpu_count() or 1), help="replay processes"
     )
+    parser.add_argument(
+        "--policy", type=Path, default=POLICY, help="pool policy for the elastic column"
+    )
+    parser.add_argument("--no-elastic", action="store_true", help="leave the elastic column out")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     seeds = [args.seed] if args.seed is not None else [int(s) for s in args.seeds.split(",")]
@@ -347,12 +396,18 @@ def main() -> None:
     layouts = list(load_spec(simpool.LAYOUTS).labels)
     wanted = set(layouts) | {"training", args.layout}
     slices = {label: simpool.pool_slices(label) for label in sorted(wanted)}
+    slices[ELASTIC_START] = simpool.pool_slices(ELASTIC_START, ELASTIC_START_FILE)
     whole = slices["training"]
     total = sum(s["memory_mib"] for s in whole)  # physical memory: the same for every run
-    hook_present = elastic_hook() is not None
+    hook_present = not args.no_elastic
 
     tasks: list[dict[str, Any]] = []
-    base = {"total": total, "recut_cost": args.recut_cost, "pass_interval": args.pass_interval}
+    base = {
+        "total": total,
+        "recut_cost": args.recut_cost,
+        "pass_interval": args.pass_interval,
+        "policy": args.policy,
+    }
     for seed in seeds:
         if "reference" in days:
             for column, label in (("static", "training"), ("pooled", args.layout)):
@@ -433,6 +488,7 @@ def main() -> None:
             hindsight = dict(best, label="best fixed")
             rows.insert(len(layouts) + 1, hindsight)
             limit = window.bound(jobs, total)
+            limit["granular"] = window.granular_bound(jobs, total, slice_sizes(whole))
             print()
             print_contended(seed, jobs, rows, limit)
             print(f"best fixed = `{best['label']}`, chosen in hindsight by utilization")

@@ -27,8 +27,8 @@ INVENTORY = ROOT / "inventories" / "sim.yaml"
 LAYOUTS = ROOT / "playbooks" / "layouts.yaml"
 
 
-def pool_slices(label: str | None) -> list[dict[str, Any]]:
-    """Slices of the bundled pool, after applying `label` (None: as shipped)."""
+def pool_slices(label: str | None, layouts: Path = LAYOUTS) -> list[dict[str, Any]]:
+    """Slices of the bundled pool, after applying `label` of `layouts` (None: as shipped)."""
     with tempfile.TemporaryDirectory(prefix="gpupool-bench-sim-") as folder:
         old = os.environ.get("GPUPOOL_SIM_DIR")
         os.environ["GPUPOOL_SIM_DIR"] = folder
@@ -37,7 +37,7 @@ def pool_slices(label: str | None) -> list[dict[str, Any]]:
             targets = {h.name: target_from_vars(h.name, h.vars) for h in hosts}
             facts = _facts(targets)
             if label is not None:
-                spec = load_spec(LAYOUTS)
+                spec = load_spec(layouts)
                 for host in hosts:
                     plan = plan_host(spec, label, host.name, host.groups, facts[host.name])
                     if plan.errors:

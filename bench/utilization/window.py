@@ -123,3 +123,40 @@ def bound(
         u = v
     best = min(best, segments)
     return {"simple": min(1.0, simple / capacity), "refined": min(1.0, best / capacity)}
+
+
+def granular_bound(
+    jobs: list[Job],
+    capacity_mib: int,
+    sizes: dict[str, list[int]],
+    window: float = DAY,
+) -> float:
+    """The most utilization a pool that hands each job a slice of its own can reach in the
+    window, whatever its layouts: a job holds at least the smallest slice any card it may
+    use could be cut into (`sizes`: vendor -> every slice size its cards can have, from
+    the catalogs), so memory it holds but does not use is lost to everyone. Fill the
+    window's held capacity with the jobs that waste the least first (a fractional
+    knapsack: value = memory used x time in the window, weight = memory held x that time):
+    an upper bound for every one-job-per-slice schedule, ignoring time, sites and nodes.
+    """
+    capacity = capacity_mib * window
+    items = []
+    for job in jobs:
+        if not 0 <= job.arrival < window:
+            continue
+        time_in = min(job.duration, window - job.arrival)
+        pools = [sizes[job.vendor]] if job.vendor else list(sizes.values())
+        fits = [size for vendor_sizes in pools for size in vendor_sizes if size >= job.memory_mib]
+        if not fits:
+            continue
+        held = min(fits)
+        items.append((job.memory_mib / held, job.memory_mib * job.gpus * time_in, held))
+    used, room = 0.0, capacity
+    for ratio, value, _ in sorted(items, key=lambda i: -i[0]):
+        weight = value / ratio
+        take = min(1.0, room / weight) if weight else 1.0
+        used += value * take
+        room -= weight * take
+        if room <= 0:
+            break
+    return min(1.0, used / capacity)

