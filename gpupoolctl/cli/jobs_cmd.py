@@ -567,6 +567,15 @@ def schedule(
         int | None,
         typer.Option("--passes", min=1, help="With --watch: stop after this many passes."),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Say what the pass would do now (start, preempt, re-cut, wait, refuse) "
+            "and why; change nothing and ask no node (jobs that ended since the last pass "
+            "are not known yet).",
+        ),
+    ] = False,
 ) -> None:
     """One pass of the scheduling loop: settle, reap, start what fits (preempting when a
     higher priority may), re-cut idle cards for waiting work (elastic).
@@ -575,6 +584,16 @@ def schedule(
     GPUPOOL_POLICY or ~/.config/gpupoolctl/pool.yaml; see `gpupoolctl policy check`).
     Cron-friendly; submit and jobs run the same pass."""
     settings: Settings = ctx.obj
+    if dry_run:
+        if watch is not None or passes is not None:
+            raise UsageError("--dry-run shows one pass: not with --watch or --passes")
+        from gpupoolctl.jobs.control import dry_pass
+
+        jobs = _open(settings)
+        events = dry_pass(jobs)
+        emit(settings, data=events, rows=_event_rows(events), columns=SCHEDULE_COLUMNS)
+        _finish(settings, jobs)
+        return
     if watch is None:
         if passes is not None:
             raise UsageError("--passes needs --watch")
@@ -619,7 +638,7 @@ def _event_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for event in events:
         detail = event.get("reason") or event.get("error")
-        if event.get("event") in ("reshaped", "reshape-failed"):
+        if event.get("event") in ("reshaped", "reshape-failed", "would-re-cut"):
             detail = f"{event['gpu']}: {event['before']} -> {event['after']}" + (
                 f": {event['error']}" if event.get("error") else ""
             )

@@ -82,6 +82,7 @@ def _pool_backend(settings: Settings, scenario: Scenario) -> Backend:
     from gpupoolctl.cli import pool
     from gpupoolctl.cli.ledger_cmd import open_ledger
     from gpupoolctl.ledger import current_user
+    from gpupoolctl.policy import resolve_policy
     from gpupoolctl.stress.backend import job_spec
     from gpupoolctl.stress.pool_backend import PoolBackend
 
@@ -95,6 +96,8 @@ def _pool_backend(settings: Settings, scenario: Scenario) -> Backend:
         hosts=chosen.placeable,
         make_spec=lambda work: job_spec(work, scenario.policy),
         poll_s=scenario.poll_s,
+        policy=resolve_policy(settings.pool_policy),
+        in_hosts=chosen.in_hosts(),
     )
     backend.prepare()
     return backend

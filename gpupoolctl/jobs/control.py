@@ -175,11 +175,11 @@ def listing(jobs: JobsCore, *, everything: bool = False, recent_s: float = 3600.
     return sorted(chosen, key=lambda j: int(str(j["id"]).removeprefix("j-") or 0))
 
 
-def waiting_reasons(jobs: JobsCore, view: Any = None) -> dict[str, str]:
-    """Why each queued job waits, from the scheduler's own pass (sched.schedule_pass, as
-    `schedule` runs it, elastic re-cuts included) on the ledger as it is now, on a view
-    that is thrown away (writes nothing): what does not fit and why, the re-cut it waits
-    for, or that it fits and waits its turn."""
+def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
+    """What a scheduling pass would decide now (sched.schedule_pass, as `schedule` runs it,
+    preemption and elastic re-cuts included), on the ledger as it is and a view that is
+    thrown away: one event per decision, in the pass's order. Writes nothing and asks no
+    node (so jobs that ended since the last pass still hold their slices here)."""
     from gpupoolctl.ledger.units import parse_ts
     from gpupoolctl.sched import QueueEntry, schedule_pass
 
@@ -191,22 +191,67 @@ def waiting_reasons(jobs: JobsCore, view: Any = None) -> dict[str, str]:
         if job is not None and job.get("state") == "queued":
             entries.append(QueueEntry.from_record(record, str(job.get("policy") or "best-fit")))
     if not entries:
-        return {}
+        return []
     result = schedule_pass(
         entries,
         jobs.pool(state, view.now),
         parse_ts(view.now),
+        preempt=True,
         elastic=jobs.elastic_inputs(state, view.now),
     )
     recut_for = {job: r for r in result.recuts for job in r.jobs}
-    reasons: dict[str, str] = {}
-    for entry, _ in result.placed:
-        reasons[str(entry.job)] = "fits now: the next schedule pass starts it"
-    for entry, nofit in (*result.waiting, *result.never):
-        recut = recut_for.get(str(entry.job))
-        reasons[str(entry.job)] = (
-            f"waits for a re-cut: {recut.describe()}" if recut is not None else nofit.reason
+    events: list[dict[str, Any]] = []
+    for entry, placement in result.placed:
+        events.append(
+            {
+                "event": "would-start",
+                "job": entry.job,
+                "slices": list(placement.slices),
+                "reason": f"fits now on {', '.join(placement.slices)}",
+            }
         )
+    if result.preempt is not None:
+        entry, victims = result.preempt
+        events.append(
+            {
+                "event": "would-preempt",
+                "job": entry.job,
+                "victims": victims,
+                "reason": f"would stop {', '.join(victims)} to make room",
+            }
+        )
+    for recut in result.recuts:
+        events.append(
+            {
+                "event": "would-re-cut",
+                "job": ",".join(recut.jobs),
+                "gpu": recut.card.key,
+                "before": recut.before,
+                "after": recut.after,
+                "reason": f"would {recut.describe()}: {recut.reason}",
+            }
+        )
+    for entry, nofit in result.waiting:
+        recut = recut_for.get(str(entry.job))
+        reason = f"waits for a re-cut: {recut.describe()}" if recut else nofit.reason
+        events.append({"event": "waiting", "job": entry.job, "reason": reason})
+    for entry, nofit in result.never:
+        events.append({"event": "would-refuse", "job": entry.job, "reason": nofit.reason})
+    return events
+
+
+def waiting_reasons(jobs: JobsCore, view: Any = None) -> dict[str, str]:
+    """Why each queued job waits, from the scheduler's own pass (dry_pass): what does not
+    fit and why, the re-cut it waits for, or that it fits and waits its turn."""
+    reasons: dict[str, str] = {}
+    for event in dry_pass(jobs, view):
+        job = str(event["job"])
+        if event["event"] == "would-start":
+            reasons[job] = "fits now: the next schedule pass starts it"
+        elif event["event"] in ("waiting", "would-refuse"):
+            reasons[job] = str(event["reason"])
+        elif event["event"] == "would-preempt":
+            reasons[job] = f"the next schedule pass {event['reason'].removeprefix('would ')}"
     return reasons
 
 

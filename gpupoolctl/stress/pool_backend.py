@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from gpupoolctl.jobs.nodes import Call, Runner
     from gpupoolctl.jobs.spec import JobSpec
     from gpupoolctl.ledger import Ledger
+    from gpupoolctl.policy import PoolPolicy
     from gpupoolctl.remote.results import HostResult
     from gpupoolctl.remote.target import Target
 
@@ -190,8 +191,13 @@ class PoolBackend:
         hosts: set[str] | None,
         make_spec: Callable[[Work], JobSpec],
         poll_s: float = 0.2,
+        policy: PoolPolicy | None = None,
+        in_hosts: Callable[[str, str], bool] | None = None,
     ) -> None:
         self._open_ledger = open_ledger
+        # The pool policy the passes run with (elastic re-cuts), as every command's do.
+        self._policy = policy
+        self._in_hosts = in_hosts
         self._targets = list(targets)
         self._run = run
         self._owner = owner
@@ -219,7 +225,15 @@ class PoolBackend:
         meter = Meter()
         ledger: Any = MeteredLedger(self._open_ledger(), meter, self.timeline)
         nodes = MeteredNodes(self._targets, self._run, meter, self.timeline)
-        return Jobs(ledger, nodes, owner=self._owner, hosts=self._hosts), meter
+        jobs = Jobs(
+            ledger,
+            nodes,
+            owner=self._owner,
+            hosts=self._hosts,
+            policy=self._policy,
+            in_hosts=self._in_hosts,
+        )
+        return jobs, meter
 
     @contextlib.contextmanager
     def _borrow(self) -> Iterator[tuple[Jobs, Meter]]:

@@ -73,9 +73,20 @@ def test_small_work_waits_behind_whole_cards_then_schedule_recuts_an_idle_card(
     assert dry.stdout.startswith(f"would re-cut idle {DGX}/gpu"), dry.stdout
     assert "(whole card" in dry.stdout and "into 7 x 1g.10gb and take one" in dry.stdout
 
+    plan = jobs_cli("-q", "--pool-policy", str(ready), "-o", "json", "schedule", "--dry-run")
+    assert plan.code == 0, plan.stderr
+    decided = plan.json()
+    assert [e["event"] for e in decided] == ["would-re-cut", "waiting"], decided
+    would, waits = decided
+    assert would["job"] == job_id and waits["job"] == job_id
+    assert waits["reason"].startswith(f"waits for a re-cut: re-cut idle {would['gpu']} ")
+    assert would["before"] == "whole card" and would["after"] == "7 x 1g.10gb"
+    assert reshapes(jobs_cli) == []  # a dry run changes nothing
+
     run = jobs_cli("--pool-policy", str(ready), "-o", "json", "schedule")
     assert run.code == 0, run.stderr
     events = {e["event"]: e for e in run.json()}
+    assert events["reshaped"]["gpu"] == would["gpu"]
     assert events["reshaped"]["before"] == "whole card", events
     assert events["reshaped"]["after"] == "7 x 1g.10gb"
     assert events["reshaped"]["jobs"] == [job_id]
