@@ -45,7 +45,8 @@ def check(
     Exit 0 when it is valid; 1 with one line naming FILE:LINE when it is not; 2 when there
     is no file to check.
     """
-    from gpupoolctl.policy.load import default_policy_path, load_policy, policy_path
+    from gpupoolctl.policy.load import load_policy
+    from gpupoolctl.policy.where import default_policy_path, policy_path
 
     settings: Settings = ctx.obj
     if file is not None and not file.strip():
@@ -64,7 +65,7 @@ def check(
 def show(ctx: typer.Context) -> None:
     """The policy in force: its file (--pool-policy, GPUPOOL_POLICY or
     ~/.config/gpupoolctl/pool.yaml) and what it allows; without one, a static pool."""
-    from gpupoolctl.policy.load import resolve_policy
+    from gpupoolctl.policy.where import resolve_policy
 
     settings: Settings = ctx.obj
     policy = resolve_policy(settings.pool_policy)

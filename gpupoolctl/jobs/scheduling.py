@@ -19,6 +19,7 @@ second pass waits for the first one's victims and leaves its cards alone.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,9 +47,12 @@ class _Round:
 def schedule(jobs: JobsCore) -> Outcome:
     outcome = Outcome(events=reshape.recover(jobs))
     preempted_for: set[str] = set()  # entries this call has stopped victims for already
+    recut: set[str] = set()  # cards this call has re-cut: not again in its later rounds
     waiting: list[dict[str, Any]] = []
     for _ in range(MAX_ROUNDS):
-        decided = jobs.ledger.write(lambda tx: _decide(jobs, tx, frozenset(preempted_for)))
+        decided = jobs.ledger.write(
+            lambda tx: _decide(jobs, tx, frozenset(preempted_for), frozenset(recut))
+        )
         jobs.warnings.extend(decided.warnings)
         found: _Round = decided.value
         outcome.events.extend(found.events)
@@ -76,6 +80,7 @@ def schedule(jobs: JobsCore) -> Outcome:
         if found.reshapes:
             events = reshape.execute(jobs, found.reshapes)
             outcome.events.extend(events)
+            recut.update(r.gpu for r in found.reshapes)
             if any(e["event"] == "reshape-failed" for e in events):
                 # Fail closed: the next pass (after the card's back-off) tries again, not
                 # this one, on whatever made the node refuse.
@@ -87,7 +92,12 @@ def schedule(jobs: JobsCore) -> Outcome:
     return outcome
 
 
-def _decide(jobs: JobsCore, tx: Transaction, preempted_for: frozenset[str]) -> _Round:
+def _decide(
+    jobs: JobsCore,
+    tx: Transaction,
+    preempted_for: frozenset[str],
+    recut: frozenset[str] = frozenset(),
+) -> _Round:
     """One pass of the scheduler (sched.schedule_pass) on the ledger as it is inside this
     transaction, and its records: placements (dequeue, alloc, job pending), refusals,
     preemption marks, re-cut reservations. Side effects on nodes come after, outside."""
@@ -106,6 +116,10 @@ def _decide(jobs: JobsCore, tx: Transaction, preempted_for: frozenset[str]) -> _
     stopping = {e.id for e in entries if e.job and preempting_for(state, e.job)}
     no_preempt = set(preempted_for) | stopping
     elastic = jobs.elastic_inputs(state, tx.now)
+    if elastic is not None and recut:
+        # Whatever min-idle says, one call re-cuts a card once: its next round places on it.
+        again = {card: "re-cut earlier in this pass" for card in recut}
+        elastic = dataclasses.replace(elastic, blocked={**elastic.blocked, **again})
     for _ in range(len(entries) + 1):  # bounded: each retry rules one more entry out
         result = schedule_pass(
             entries,

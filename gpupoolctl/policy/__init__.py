@@ -17,12 +17,17 @@ from typing import Any
 
 from gpupoolctl.policy.model import ElasticPolicy, ElasticRule, InHosts, PoolPolicy
 
-_LOADERS = ("default_policy_path", "load_policy", "parse_policy", "policy_path", "resolve_policy")
+_WHERE = ("default_policy_path", "policy_path", "resolve_policy")
+_LOADERS = ("load_policy", "parse_policy", *_WHERE)
 
 __all__ = ["ElasticPolicy", "ElasticRule", "InHosts", "PoolPolicy", *_LOADERS]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        from gpupoolctl.policy import where
+
+        return getattr(where, name)
     if name in _LOADERS:
         from gpupoolctl.policy import load
 

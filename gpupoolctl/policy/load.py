@@ -1,28 +1,24 @@
-"""Reading the pool policy file: where it is, and what it says (one-line errors, file:line).
+"""Reading the pool policy file: what it says (one-line errors, file:line); where it is
+comes from policy.where.
 
     version: 1           # required once the file says anything
     elastic: {...}       # see policy.elastic
     teams/windows/health # reserved for later versions: refused for now
-
-Where: --pool-policy FILE > $GPUPOOL_POLICY > $XDG_CONFIG_HOME/gpupoolctl/pool.yaml (else
-~/.config/gpupoolctl/pool.yaml) when it exists > none (a static pool).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from pathlib import Path
 
 import yaml
 
-from gpupoolctl.errors import SourceError, UsageError
+from gpupoolctl.errors import SourceError
 from gpupoolctl.policy.elastic import parse_elastic
 from gpupoolctl.policy.model import ElasticPolicy, PoolPolicy
 from gpupoolctl.policy.values import shown
+from gpupoolctl.policy.where import WHAT
 from gpupoolctl.yamlsource import YamlSource, did_you_mean
 
-ENV = "GPUPOOL_POLICY"
 VERSION = 1
 SECTIONS = ("version", "elastic")
 # Sections later work adds; a file using one must not be read as if it were not there.
@@ -31,7 +27,6 @@ RESERVED = {
     "windows": "time-of-day overrides",
     "health": "lost nodes and GPU draining",
 }
-WHAT = "pool policy file"
 
 
 def parse_policy(text: str, source: str = "<stdin>") -> PoolPolicy:
@@ -87,43 +82,3 @@ def load_policy(path: str | os.PathLike[str]) -> PoolPolicy:
     from gpupoolctl.textfile import read_user_text
 
     return parse_policy(read_user_text(name, WHAT), name)
-
-
-def default_policy_path(environ: Mapping[str, str] = os.environ) -> Path:
-    """$XDG_CONFIG_HOME/gpupoolctl/pool.yaml, else ~/.config/gpupoolctl/pool.yaml."""
-    config = environ.get("XDG_CONFIG_HOME", "")
-    # The XDG spec says a relative value is to be ignored: cron's cwd is not the user's.
-    if not config or not os.path.isabs(config):
-        home = environ.get("HOME") or str(Path.home())
-        config = os.path.join(home, ".config")
-    return Path(config) / "gpupoolctl" / "pool.yaml"
-
-
-def policy_path(option: str | Path | None, environ: Mapping[str, str] = os.environ) -> Path | None:
-    """The policy file to read: option > $GPUPOOL_POLICY > the default path when it exists;
-    None when there is none. A given value that is empty is a UsageError; one that names
-    a missing file is a SourceError naming it (a policy asked for is never skipped)."""
-    if option is not None:
-        return _given(option, "--pool-policy / GPUPOOL_POLICY")
-    if ENV in environ:
-        return _given(environ[ENV], ENV)
-    default = default_policy_path(environ)
-    return default if default.exists() else None
-
-
-def _given(value: str | Path, origin: str) -> Path:
-    if isinstance(value, str):
-        if not value.strip():
-            raise UsageError(f"{origin} is empty: set it to the pool policy file, or unset it")
-        value = Path(value)
-    if not value.exists():
-        raise SourceError(str(value), None, f"no such {WHAT} (given by {origin})")
-    return value
-
-
-def resolve_policy(
-    option: str | Path | None, environ: Mapping[str, str] = os.environ
-) -> PoolPolicy:
-    """The policy in force: the file policy_path finds, or PoolPolicy() (static) without one."""
-    path = policy_path(option, environ)
-    return PoolPolicy() if path is None else load_policy(path)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -359,43 +359,39 @@ def plan_recuts(
     if not free:
         return []
     chosen: list[Recut] = []
-    spare: list[dict[str, Any]] = []  # slices of this pass's re-cuts that no job is given yet
+    # Slices of this pass's re-cuts that no job is given yet: (which re-cut, the slice).
+    spare: list[tuple[int, dict[str, Any]]] = []
     served: set[str] = set()
     for index, entry in enumerate(ready):
         if entry.id in served:
             continue
-        if _take_spare(entry.request, spare):
-            _credit(chosen, spare, entry.job or entry.id)
+        source = _take_spare(entry.request, spare)
+        if source is not None:
+            made_for = chosen[source]
+            chosen[source] = replace(made_for, jobs=(*made_for.jobs, entry.job or entry.id))
             served.add(entry.id)
             continue
         budget = policy.max_cards_per_pass - len(chosen)
         if budget <= 0:
             continue
         rest = [e for e in ready[index + 1 :] if e.id not in served]
-        made = _for_entry(entry, rest, pool, free, chosen, budget, now, inputs)
-        for recut, leftover in made:
+        for recut, leftover in _for_entry(entry, rest, pool, free, chosen, budget, inputs):
+            spare.extend((len(chosen), s) for s in leftover)
             chosen.append(recut)
             free = [c for c in free if c.card.key != recut.card.key]
-            spare.extend(leftover)
             served.update(e.id for e in ready if (e.job or e.id) in recut.jobs)
     return chosen
 
 
-def _take_spare(request: JobRequest, spare: list[dict[str, Any]]) -> bool:
+def _take_spare(request: JobRequest, spare: list[tuple[int, dict[str, Any]]]) -> int | None:
+    """Give a one-slice request a spare slice of this pass's re-cuts: the re-cut's index."""
     if request.gpus != 1:
-        return False
-    for i, entry in enumerate(spare):
+        return None
+    for i, (source, entry) in enumerate(spare):
         if shape_matches(entry, request) and host_matches(str(entry["host"]), request):
             del spare[i]
-            return True
-    return False
-
-
-def _credit(chosen: list[Recut], spare: list[dict[str, Any]], job: str) -> None:
-    """Name the job on the last re-cut whose slices it took (for the record's `jobs`)."""
-    if chosen:
-        last = chosen[-1]
-        chosen[-1] = Recut(last.card, last.layout, last.reason, (*last.jobs, job), last.idle_s)
+            return source
+    return None
 
 
 def _for_entry(
@@ -405,9 +401,10 @@ def _for_entry(
     free: Sequence[_Candidate],
     chosen: Sequence[Recut],
     budget: int,
-    now: datetime,
     inputs: ElasticInputs,
 ) -> list[tuple[Recut, list[dict[str, Any]]]]:
+    """The re-cuts made for one entry (with their slices no job takes yet): merges when it
+    needs whole cards, else at most one cut."""
     whole_need = [
         c for c in free if wants_whole(c.card, c.rule, entry.request) and not c.card.whole
     ]
@@ -468,8 +465,6 @@ def _enough(group: Sequence[_Candidate], missing: int, budget: int) -> list[_Can
 
 
 def _on_host(request: JobRequest, host: str) -> JobRequest:
-    from dataclasses import replace
-
     return replace(request, host=host, gpus=1)
 
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from gpupoolctl.sched import elastic as elastic_rules
 from gpupoolctl.sched.entry import QueueEntry
 from gpupoolctl.sched.place import NoFit, Placement, place
 from gpupoolctl.sched.pool import Holder, PoolView
@@ -151,8 +150,9 @@ def schedule_pass(
         # reserved against smaller work in this pass, not against a re-cut made for it
         # (re-cuts go to waiting work in queue order, the starving entry first).
         assert elastic is not None
-        waiting = [e for e, _ in result.waiting]
-        result.recuts = elastic_rules.plan_recuts(waiting, pool, elastic, now)
+        from gpupoolctl.sched.elastic import plan_recuts
+
+        result.recuts = plan_recuts([e for e, _ in result.waiting], pool, elastic, now)
     return result
 
 
@@ -163,6 +163,9 @@ def _place(
     hidden from it, and work that a re-cut could serve is waiting, not never fitting."""
     if elastic is None or not elastic.policy.enabled:
         return place(request, pool, policy)
+    # Imported here: a pool without an elastic policy never loads the catalogs for it.
+    from gpupoolctl.sched import elastic as elastic_rules
+
     hidden = [s for s in elastic_rules.hidden_for(request, pool, elastic) if pool.is_free(s)]
     for slice_id in hidden:
         pool.take(slice_id)
