@@ -42,24 +42,27 @@ class _Round:
     victims: list[dict[str, Any]] = field(default_factory=list)
     victims_for: QueueEntry | None = None
     reshapes: list[reshape.Reserved] = field(default_factory=list)
+    unplaced: bool = False  # a placement the pass made could not be recorded (JobError)
 
 
 def schedule(jobs: JobsCore) -> Outcome:
     outcome = Outcome(events=reshape.recover(jobs))
     preempted_for: set[str] = set()  # entries this call has stopped victims for already
-    recut: set[str] = set()  # cards this call has re-cut: not again in its later rounds
+    recut_cards: set[str] = set()  # cards this call has re-cut: not again in later rounds
     waiting: list[dict[str, Any]] = []
     for _ in range(MAX_ROUNDS):
         decided = jobs.ledger.write(
-            lambda tx: _decide(jobs, tx, frozenset(preempted_for), frozenset(recut))
+            lambda tx: _decide(jobs, tx, frozenset(preempted_for), frozenset(recut_cards))
         )
         jobs.warnings.extend(decided.warnings)
         found: _Round = decided.value
         outcome.events.extend(found.events)
         waiting = found.waiting
+        launch_failed = False
         for job in found.placed:
             hooks.crash_point("placed")
             launched = launching.launch(jobs, job)
+            launch_failed |= launched.get("state") != "running"
             outcome.events.append(
                 {
                     "event": "started" if launched.get("state") == "running" else "launch-failed",
@@ -80,14 +83,14 @@ def schedule(jobs: JobsCore) -> Outcome:
         if found.reshapes:
             events = reshape.execute(jobs, found.reshapes)
             outcome.events.extend(events)
-            recut.update(r.gpu for r in found.reshapes)
+            recut_cards.update(r.gpu for r in found.reshapes)
             if any(e["event"] == "reshape-failed" for e in events):
                 # Fail closed: the next pass (after the card's back-off) tries again, not
                 # this one, on whatever made the node refuse.
                 break
             continue  # place the work the new slices were made for
-        if not found.placed:
-            break
+        if not (launch_failed or found.unplaced):
+            break  # the pass placed all it could; what failed freed slices: go again
     outcome.events.extend(waiting)
     return outcome
 
@@ -96,7 +99,7 @@ def _decide(
     jobs: JobsCore,
     tx: Transaction,
     preempted_for: frozenset[str],
-    recut: frozenset[str] = frozenset(),
+    recut_cards: frozenset[str] = frozenset(),
 ) -> _Round:
     """One pass of the scheduler (sched.schedule_pass) on the ledger as it is inside this
     transaction, and its records: placements (dequeue, alloc, job pending), refusals,
@@ -116,9 +119,9 @@ def _decide(
     stopping = {e.id for e in entries if e.job and preempting_for(state, e.job)}
     no_preempt = set(preempted_for) | stopping
     elastic = jobs.elastic_inputs(state, tx.now)
-    if elastic is not None and recut:
+    if elastic is not None and recut_cards:
         # Whatever min-idle says, one call re-cuts a card once: its next round places on it.
-        again = {card: "re-cut earlier in this pass" for card in recut}
+        again = {card: "re-cut earlier in this pass" for card in recut_cards}
         elastic = dataclasses.replace(elastic, blocked={**elastic.blocked, **again})
     for _ in range(len(entries) + 1):  # bounded: each retry rules one more entry out
         result = schedule_pass(
@@ -164,6 +167,7 @@ def _record(jobs: JobsCore, tx: Transaction, found: _Round, result: PassResult) 
             found.placed.append(jobs.record_placed(tx, job, placement))
         except JobError as exc:  # e.g. two vendors on one host: it would block the queue
             tx.append("job", {"id": job["id"], "state": "failed", "error": str(exc)})
+            found.unplaced = True
             found.events.append({"event": "refused", "job": entry.job, "reason": str(exc)})
     for entry, nofit in result.never:
         job = tx.state.jobs[str(entry.job)]
