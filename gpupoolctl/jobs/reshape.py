@@ -97,10 +97,17 @@ def _first_index(card: AnyCard) -> int:
 def _this_process() -> dict[str, Any]:
     import os
     import socket
+    import threading
 
     from gpupoolctl.hw.proc import proc_start
 
-    return {"host": socket.gethostname(), "pid": os.getpid(), "start": proc_start(os.getpid())}
+    pid = os.getpid()
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "start": proc_start(pid),
+        "thread": threading.get_ident(),  # the stress ramp runs passes in many threads
+    }
 
 
 # A reservation whose process cannot be checked (made on another workstation) is taken as
@@ -109,14 +116,21 @@ ABANDONED_AFTER_S = 3600.0
 
 
 def _abandoned(record: Mapping[str, Any], now: float) -> bool:
+    import os
     import socket
+    import threading
 
     from gpupoolctl.hw.proc import alive
     from gpupoolctl.ledger.units import parse_ts
 
     who = record.get("by") or {}
     if who.get("host") == socket.gethostname():
-        return not alive(int(who.get("pid") or 0), who.get("start"))
+        pid = int(who.get("pid") or 0)
+        if pid == os.getpid() and who.get("thread") == threading.get_ident():
+            # Ours, from an earlier call of this thread (`schedule --watch`): a call closes
+            # what it reserves unless its node could not be read afterwards.
+            return True
+        return not alive(pid, who.get("start"))
     return now - parse_ts(str(record["ts"])).timestamp() > ABANDONED_AFTER_S
 
 
@@ -245,11 +259,18 @@ def execute(jobs: Any, reserved: Sequence[Reserved]) -> list[dict[str, Any]]:
     hooks.crash_point("reshape-applied")
     # Every host that was sent a request may have changed, answered or not: read it again.
     touched = sorted({c.host for c in calls})
+    unread: set[str] = set()
     if touched:
         results = jobs.nodes.call([Call(h, "facts", {}) for h in touched])
         done = jobs.ledger.refresh_from_facts([r for r in results if r.ok])
         jobs.warnings.extend(done.warnings)
-    return close(jobs, reserved, errors)
+        unread = {r.name for r in results if not r.ok}
+    # A card whose node could not be read after the request may have changed: it stays
+    # reserved (nothing is placed on slices that may be gone) until a later pass reads it.
+    for item in reserved:
+        if item.host in unread:
+            jobs.warn(f"{item.gpu}: its node was not read after the re-cut; kept reserved")
+    return close(jobs, [r for r in reserved if r.host not in unread], errors)
 
 
 def close(jobs: Any, reserved: Sequence[Reserved], errors: Mapping[str, str]) -> list[dict]:
