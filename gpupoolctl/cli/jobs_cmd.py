@@ -565,7 +565,7 @@ def schedule(
     ] = None,
     passes: Annotated[
         int | None,
-        typer.Option("--passes", min=1, help="With --watch: stop after this many passes."),
+        typer.Option("--passes", min=1, metavar="N", help="With --watch: stop after N passes."),
     ] = None,
     dry_run: Annotated[
         bool,
