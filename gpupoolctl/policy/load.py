@@ -14,9 +14,8 @@ import yaml
 
 from gpupoolctl.errors import SourceError
 from gpupoolctl.policy.elastic import parse_elastic
-from gpupoolctl.policy.model import ElasticPolicy, PoolPolicy
+from gpupoolctl.policy.model import WHAT, ElasticPolicy, PoolPolicy
 from gpupoolctl.policy.values import shown
-from gpupoolctl.policy.where import WHAT
 from gpupoolctl.yamlsource import YamlSource, did_you_mean
 
 VERSION = 1

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+WHAT = "pool policy file"  # how messages name it
+
 InHosts = Callable[[str, str], bool]
 """in_hosts(pattern, host): whether `host` is selected by the --limit `pattern` (the caller
 resolves groups, ranges and globs against its inventory)."""

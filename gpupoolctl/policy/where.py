@@ -9,10 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gpupoolctl.errors import SourceError, UsageError
-from gpupoolctl.policy.model import PoolPolicy
+from gpupoolctl.policy.model import WHAT, PoolPolicy
 
 ENV = "GPUPOOL_POLICY"
-WHAT = "pool policy file"
 
 
 def default_policy_path(environ: Mapping[str, str] = os.environ) -> Path:
@@ -54,7 +53,8 @@ def resolve_policy(
     path = policy_path(option, environ)
     if path is None:
         return PoolPolicy()
-    # The reader (YAML, the catalogs, ~45 ms) only when there is a file to read.
-    from gpupoolctl.policy.load import load_policy
+    # The reader (YAML, the catalogs, ~45 ms) only when there is a file to read; it is
+    # handed in by the package (gpupoolctl.policy.resolve_policy), which sits above both.
+    from gpupoolctl.policy import load_policy
 
     return load_policy(path)
