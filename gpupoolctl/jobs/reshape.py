@@ -9,6 +9,7 @@ The decision (which card, which layout) is sched.elastic's; this module only car
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -113,6 +114,11 @@ def _this_process() -> dict[str, Any]:
 # A reservation whose process cannot be checked (made on another workstation) is taken as
 # abandoned after this long: a re-cut takes seconds, an AMD memory change minutes.
 ABANDONED_AFTER_S = 3600.0
+# A re-cut whose partition request got no answer (timed out, connection lost) may still be
+# running on its node: it stays reserved at least this long (partition apply's own limit).
+SETTLE_S = 900.0
+# Reshapes of this process whose partition request got no answer (id -> when).
+_UNANSWERED: dict[str, float] = {}
 
 
 def _abandoned(record: Mapping[str, Any], now: float) -> bool:
@@ -128,8 +134,10 @@ def _abandoned(record: Mapping[str, Any], now: float) -> bool:
         pid = int(who.get("pid") or 0)
         if pid == os.getpid() and who.get("thread") == threading.get_ident():
             # Ours, from an earlier call of this thread (`schedule --watch`): a call closes
-            # what it reserves unless its node could not be read afterwards.
-            return True
+            # what it reserves unless its node could not be read afterwards, or did not
+            # answer the re-cut (then the node may still be at it: wait SETTLE_S).
+            asked = _UNANSWERED.get(str(record["id"]))
+            return asked is None or now - asked >= SETTLE_S
         return not alive(pid, who.get("start"))
     return now - parse_ts(str(record["ts"])).timestamp() > ABANDONED_AFTER_S
 
@@ -139,8 +147,6 @@ def recover(jobs: Any) -> list[dict[str, Any]]:
     hosts' slices are read again (the card is whatever the node says it is now, the agent
     having rolled back or finished), and the reshape is recorded failed, so the card is
     usable again after its back-off. Returns one event per reshape closed."""
-    import time
-
     state = jobs.read().state
     now = time.time()
     stale = [r for r in state.reshapes.values() if _abandoned(r, now)]
@@ -241,13 +247,20 @@ def execute(jobs: Any, reserved: Sequence[Reserved]) -> list[dict[str, Any]]:
         gpus = [g for _, plan in items for g in plan.agent_args(False)["gpus"]]
         calls.append(Call(host, "partition", {"gpus": gpus, "force": False}))
         sent.append(items)
+    unanswered: set[str] = set()
     for items, answer in zip(sent, jobs.nodes.call(calls) if calls else [], strict=True):
         by_index = {}
         if answer.ok:
             by_index = {g.get("index"): g for g in answer.data.get("gpus") or []}
         for item, plan in items:
             if not answer.ok:
-                errors[item.id] = f"{item.host}: {answer.outcome}: {answer.error}"
+                # No answer is not a rollback: the node may still be re-cutting the card.
+                unanswered.add(item.id)
+                _UNANSWERED[item.id] = time.time()
+                jobs.warn(
+                    f"{item.gpu}: the re-cut got no answer ({answer.outcome}: {answer.error}); "
+                    "the card stays reserved until its node can be read and has settled"
+                )
                 continue
             # Every GPU the plan changed must say ok (an AMD hive is several).
             asked = [g.index for g in plan.gpus if not g.unchanged]
@@ -270,7 +283,8 @@ def execute(jobs: Any, reserved: Sequence[Reserved]) -> list[dict[str, Any]]:
     for item in reserved:
         if item.host in unread:
             jobs.warn(f"{item.gpu}: its node was not read after the re-cut; kept reserved")
-    return close(jobs, [r for r in reserved if r.host not in unread], errors)
+    settled = [r for r in reserved if r.host not in unread and r.id not in unanswered]
+    return close(jobs, settled, errors)
 
 
 def close(jobs: Any, reserved: Sequence[Reserved], errors: Mapping[str, str]) -> list[dict]:
@@ -279,6 +293,7 @@ def close(jobs: Any, reserved: Sequence[Reserved], errors: Mapping[str, str]) ->
     def build(tx: Transaction) -> list[dict[str, Any]]:
         events = []
         for item in reserved:
+            _UNANSWERED.pop(item.id, None)
             if item.id not in tx.state.reshapes:
                 continue  # closed by someone else (a recovery pass)
             error = errors.get(item.id)

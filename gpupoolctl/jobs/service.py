@@ -100,27 +100,41 @@ class JobsCore:
             state = dataclasses.replace(state, slices=kept)
         return PoolView.from_state(state, now)
 
-    def elastic_inputs(self, state: State, now: str) -> ElasticInputs | None:
-        """What elastic decisions need from the ledger, or None when the policy has none."""
+    def elastic_inputs(
+        self, state: State, now: str, *, everywhere: bool = False
+    ) -> ElasticInputs | None:
+        """What elastic decisions need from the ledger, or None when the policy has none;
+        the cards of this pass's hosts (--limit), or of the whole pool with `everywhere`."""
         if self.policy is None or not self.policy.elastic.enabled:
             return None
+        from gpupoolctl.ledger.state import card_key
         from gpupoolctl.sched.cards import cards_of
         from gpupoolctl.sched.elastic import ElasticInputs, glob_hosts
 
         elastic = self.policy.elastic
         slices = state.slices.values()
-        if self.hosts is not None:
+        if self.hosts is not None and not everywhere:
             slices = [s for s in slices if s.get("host") in self.hosts]
         moment = parse_ts(now)
         blocked = {str(r["gpu"]): f"being re-cut ({r['id']})" for r in state.reshapes.values()}
         for card, ts in state.card_failed.items():
             if (moment - parse_ts(ts)).total_seconds() < elastic.backoff_s:
                 blocked.setdefault(card, f"its re-cut failed at {ts}")
+        changed = {card: parse_ts(ts) for card, ts in state.card_changed.items()}
+        # A hold that expired is free now but has no release record yet: its card has been
+        # idle since it expired, not since the hold began.
+        for alloc in state.allocations.values():
+            if alloc.expires is not None and alloc.expires <= now:
+                ended = parse_ts(alloc.expires)
+                for slice_id in alloc.slices:
+                    card = card_key(state.slices.get(slice_id))
+                    if card is not None and (card not in changed or changed[card] < ended):
+                        changed[card] = ended
         return ElasticInputs(
             policy=elastic,
             cards=cards_of(slices),
             in_hosts=self.in_hosts or glob_hosts,
-            changed={card: parse_ts(ts) for card, ts in state.card_changed.items()},
+            changed=changed,
             blocked=blocked,
         )
 
@@ -133,10 +147,12 @@ class JobsCore:
         return view
 
     def fits_nowhere(self, state: State, request: JobRequest, now: str, policy: str) -> bool:
-        """Whether no slice of the whole pool, not only of this pass's hosts (--limit),
-        could ever hold the request: only then may a queued job be failed for it."""
+        """Whether no slice of the whole pool, not only of this pass's hosts (--limit), and
+        no elastic re-cut of one of its cards could ever hold the request: only then may a
+        queued job be failed for it."""
         result = place(request, PoolView.from_state(state, now), policy)
-        return isinstance(result, NoFit) and result.never
+        never = isinstance(result, NoFit) and result.never
+        return never and not self.recut_could_serve(state, request, now)
 
     def place(
         self,
@@ -154,10 +170,11 @@ class JobsCore:
         return place(request, pool, policy)
 
     def recut_could_serve(self, state: State, request: JobRequest, now: str) -> bool:
-        """Whether an elastic re-cut of some card could hold the request (then it waits)."""
+        """Whether an elastic re-cut of some card of the whole pool could hold the request
+        (then it waits, whatever hosts this pass may use)."""
         from gpupoolctl.sched.elastic import could_ever_serve
 
-        inputs = self.elastic_inputs(state, now)
+        inputs = self.elastic_inputs(state, now, everywhere=True)
         return inputs is not None and could_ever_serve(request, inputs)
 
     def ensure_slices(self, *, record: bool = True) -> None:

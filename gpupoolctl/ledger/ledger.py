@@ -480,6 +480,8 @@ class Ledger:
             holder = tx.state.holder(slice_id, tx.now)
             if holder is not None:
                 raise LedgerError(f"alloc: {slice_id} is held by {holder.id} ({holder.owner})")
+            if tx.state.slice_state(slice_id, tx.now) == "re-cutting":
+                raise LedgerError(f"alloc: {slice_id} is on a card being re-cut")
             chosen.append(entry)
         return chosen
 

@@ -267,15 +267,21 @@ class State:
         return "free"
 
     def recutting_slices(self) -> dict[str, str]:
-        """Slice id -> the reshape that reserved its card, for every card being re-cut (the
-        slices the reservation names; by its card's key for records that name none)."""
+        """Slice id -> the reshape that reserved its card, for every card being re-cut: the
+        slices the reservation names and every slice the card has now (a refresh while it
+        is re-cut records new ids, half-made ones included: none of them may be taken
+        before the reshape is closed). An AMD hive's key names its host and island."""
+        if not self.reshapes:
+            return {}
         out: dict[str, str] = {}
         for record in self.reshapes.values():
-            named = record.get("slices")
-            if named is None:
-                named = [k for k, v in self.slices.items() if card_key(v) == record["gpu"]]
-            for slice_id in named:
+            for slice_id in record.get("slices") or ():
                 out[str(slice_id)] = str(record["id"])
+        by_card = {str(r["gpu"]): str(r["id"]) for r in self.reshapes.values()}
+        for slice_id, entry in self.slices.items():
+            reshape = by_card.get(card_key(entry) or "") or by_card.get(hive_key(entry) or "")
+            if reshape is not None:
+                out[slice_id] = reshape
         return out
 
     def free_slices(self, now: str) -> list[dict[str, Any]]:
@@ -412,6 +418,14 @@ def card_key(entry: dict[str, Any] | None) -> str | None:
     if not entry or entry.get("gpu") is None:
         return None
     return f"{entry['host']}/gpu{entry['gpu']}"
+
+
+def hive_key(entry: dict[str, Any] | None) -> str | None:
+    """The AMD hive an AMD slice is in ("host/amd-islandN", as elastic re-cuts name it)."""
+    if not entry or str(entry.get("vendor") or "").lower() != "amd":
+        return None
+    island = str(entry.get("island") or f"{entry['host']}/island0").rsplit("/", 1)[-1]
+    return f"{entry['host']}/amd-{island}"
 
 
 def _cards_of(entries: Any) -> dict[str, set[tuple[str, Any]]]:

@@ -141,7 +141,15 @@ def cards_of(slices: Iterable[Mapping[str, Any]]) -> dict[str, AnyCard]:
         card = _card(key, entries)
         if card is not None:
             cards[key] = card
+    hives_on: dict[str, int] = {}
+    for key in by_hive:
+        host = key.rsplit("/amd-", 1)[0]
+        hives_on[host] = hives_on.get(host, 0) + 1
     for key, entries in by_hive.items():
+        # A compute change renumbers every AMD logical GPU of the node, so with two hives
+        # on one node neither can change alone: such nodes stay with `partition apply`.
+        if hives_on[key.rsplit("/amd-", 1)[0]] > 1:
+            continue
         hive = _hive(key, entries)
         if hive is not None:
             cards[key] = hive
