@@ -14,7 +14,9 @@ from gpupoolctl.ledger.snapshot import archive_path
 
 @dataclass
 class Problem:
-    kind: str  # damaged | gap | torn | snapshot | history | double-hold | job | orphan | archive
+    # damaged | gap | torn | snapshot | history | double-hold | job | orphan | archive |
+    # reshape
+    kind: str
     where: str
     message: str
 
@@ -98,9 +100,40 @@ def check(paths: LedgerPaths, loaded: replay.Loaded, torn_size: int, *, deep: bo
                 "(partition changed?); release it",
             )
         )
+    for record in _stale_reshapes(state):
+        add(
+            Problem(
+                "reshape",
+                str(record["id"]),
+                f"{record['id']} has held {record['gpu']} for a re-cut since {record['ts']}, "
+                f"over {STALE_RESHAPE_S / 3600:g} h: its pass may have died on another "
+                "workstation or in a process still running; once that is over, "
+                "`gpupoolctl schedule` closes it",
+            )
+        )
     if deep and loaded.snap is not None:
         _check_archives(paths, loaded, report)
     return report
+
+
+# A re-cut takes seconds, an AMD memory change minutes, a partition apply at most 15.
+STALE_RESHAPE_S = 3600.0
+
+
+def _stale_reshapes(state: Any) -> list[dict[str, Any]]:
+    """Reservations older than STALE_RESHAPE_S: their cards take no work meanwhile."""
+    if not state.reshapes:
+        return []
+    import time
+
+    from gpupoolctl.ledger.units import parse_ts
+
+    now = time.time()
+    return [
+        record
+        for record in state.reshapes.values()
+        if now - parse_ts(str(record["ts"])).timestamp() > STALE_RESHAPE_S
+    ]
 
 
 def _check_archives(paths: LedgerPaths, loaded: replay.Loaded, report: Report) -> None:

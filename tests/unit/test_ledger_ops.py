@@ -320,3 +320,24 @@ def test_alloc_refuses_a_choice_that_is_not_free(ledger, ids, message) -> None:
     with pytest.raises(LedgerError, match=message):
         ledger.alloc(lambda state, now: ids, owner="bo")
     assert lines(ledger) == before  # nothing written
+
+
+def test_verify_reports_a_recut_reservation_held_for_over_an_hour(ledger) -> None:
+    """T0 is long past: a reservation made then (its pass died elsewhere) is named."""
+
+    def reserve(tx) -> None:
+        tx.append(
+            "reshape",
+            {"id": "r-9", "state": "reserved", "gpu": "n1/gpu0", "host": "n1", "index": 0},
+        )
+
+    ledger.write(reserve)
+    problems = ledger.verify().problems
+    assert [(p.kind, p.where) for p in problems] == [("reshape", "r-9")]
+    assert "n1/gpu0" in problems[0].message and "since 2025-06-01T12:00" in problems[0].message
+
+    def close(tx) -> None:
+        tx.append("reshape", {"id": "r-9", "state": "failed", "gpu": "n1/gpu0", "host": "n1"})
+
+    ledger.write(close)
+    assert ledger.verify().problems == []
