@@ -55,6 +55,17 @@ COMMANDS = (
         "higher priority may), re-cut idle cards for waiting work (elastic).",
     ),
     LazyCommand(
+        "drain",
+        "gpupoolctl.cli.drain_cmd",
+        "Drain hosts or cards: no new work is placed there, by `submit`, `alloc` or elastic "
+        "re-cuts (what runs there goes on).",
+    ),
+    LazyCommand(
+        "undrain",
+        "gpupoolctl.cli.drain_cmd",
+        "Lift drains: the hosts or cards take new work again.",
+    ),
+    LazyCommand(
         "inventory",
         "gpupoolctl.cli.inventory_cmd",
         "Hardware inventory of the selected nodes: GPUs, memory, partitions, processes, links.",

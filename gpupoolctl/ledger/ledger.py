@@ -482,6 +482,8 @@ class Ledger:
                 raise LedgerError(f"alloc: {slice_id} is held by {holder.id} ({holder.owner})")
             if tx.state.slice_state(slice_id, tx.now) == "re-cutting":
                 raise LedgerError(f"alloc: {slice_id} is on a card being re-cut")
+            if tx.state.drained(entry) is not None:
+                raise LedgerError(f"alloc: {slice_id} is drained")
             chosen.append(entry)
         return chosen
 

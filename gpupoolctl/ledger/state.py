@@ -21,6 +21,7 @@ OPS = (
     "job",
     "repair",
     "reshape",
+    "drain",
 )
 # A reshape (an elastic re-cut of one card) is `reserved` before the card is touched (no
 # placement may use its slices meanwhile), then `done` or `failed`.
@@ -73,6 +74,9 @@ class State:
     card_failed: dict[str, str] = field(default_factory=dict)
     # Re-cuts ended, by outcome ("done", "failed"): what `export prometheus` counts.
     reshape_totals: dict[str, int] = field(default_factory=dict)
+    # Drained hosts and cards ("host" or "host/gpuN") -> {reason, source, actor, ts}: no new
+    # work is placed there (what runs there goes on).
+    drains: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # -- replay ---------------------------------------------------------------------------
 
@@ -224,6 +228,30 @@ class State:
             self.card_failed[card] = record["ts"]
         self.reshape_totals[status] = self.reshape_totals.get(status, 0) + 1
 
+    def _drain(self, record: dict[str, Any]) -> None:
+        data = record["data"]
+        target, status = str(data["target"]), str(data["state"])
+        if status == "drained":
+            self.drains[target] = {
+                "target": target,
+                "reason": str(data.get("reason") or ""),
+                "source": str(data.get("source") or "admin"),
+                "actor": record["actor"],
+                "ts": record["ts"],
+            }
+        elif status == "undrained":
+            if self.drains.pop(target, None) is None:
+                self._problem(record["seq"], f"undrain of {target}, which is not drained")
+        else:
+            self._problem(record["seq"], f"drain of {target}: unknown state {status!r}")
+
+    def drained(self, entry: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The drain that covers a slice (its card's, else its host's), or None."""
+        if not self.drains or not entry:
+            return None
+        card = card_key(entry)
+        return (self.drains.get(card) if card else None) or self.drains.get(entry["host"])
+
     def _repair(self, record: dict[str, Any]) -> None:
         """A repair declares the seqs lost to damage. Closing an allocation whose record was
         lost is an expected consequence, not a new problem: forget those. It may also
@@ -264,6 +292,8 @@ class State:
             return "held"
         if self.reshapes and slice_id in self.recutting_slices():
             return "re-cutting"
+        if self.drains and self.drained(self.slices.get(slice_id)) is not None:
+            return "drained"
         return "free"
 
     def recutting_slices(self) -> dict[str, str]:
@@ -371,6 +401,7 @@ class State:
             "card_changed": dict(self.card_changed),
             "card_failed": dict(self.card_failed),
             "reshape_totals": dict(self.reshape_totals),
+            "drains": list(self.drains.values()),
         }
 
     @classmethod
@@ -390,6 +421,7 @@ class State:
         state.card_changed = dict(raw.get("card_changed", {}))
         state.card_failed = dict(raw.get("card_failed", {}))
         state.reshape_totals = dict(raw.get("reshape_totals", {}))
+        state.drains = {d["target"]: dict(d) for d in raw.get("drains", [])}
         # Recently finished jobs kept by compaction (not part of equality, like `finished`).
         state.finished = {j["id"]: dict(j) for j in raw.get("finished", [])}
         return state
@@ -410,6 +442,7 @@ _HANDLERS = {
     "job": State._job,
     "repair": State._repair,
     "reshape": State._reshape,
+    "drain": State._drain,
 }
 
 

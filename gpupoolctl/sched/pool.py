@@ -222,6 +222,7 @@ class PoolView:
             mine = tuple(s for s in alloc.slices if s in known and owner_of.get(s) == alloc.id)
             holders.append(_holder(alloc, mine, jobs_by_alloc.get(alloc.id)))
         holders.extend(_reshape_holders(state))
+        holders.extend(_drain_holders(state))
         return cls(_skeleton_of(state.slices), holders)
 
     # -- public queries -------------------------------------------------------------------
@@ -481,6 +482,29 @@ def _reshape_holders(state: State) -> list[Holder]:
     return [
         Holder(alloc=f"reshape:{rid}", owner=RESHAPE_OWNER, slices=tuple(ids))
         for rid, ids in found.items()
+    ]
+
+
+DRAIN_OWNER = "gpupoolctl (drained)"
+
+
+def _drain_holders(state: State) -> list[Holder]:
+    """Free slices of drained hosts and cards are held by their drain: nothing is placed
+    there, nothing is re-cut there, and a drain is never a preemption victim."""
+    if not state.drains:
+        return []
+    taken = state.holders
+    found: dict[str, list[str]] = {}
+    recutting = state.recutting_slices()
+    for sid, entry in state.slices.items():
+        if sid in taken or sid in recutting:
+            continue
+        drain = state.drained(entry)
+        if drain is not None:
+            found.setdefault(str(drain["target"]), []).append(sid)
+    return [
+        Holder(alloc=f"drain:{target}", owner=DRAIN_OWNER, slices=tuple(ids))
+        for target, ids in found.items()
     ]
 
 

@@ -1,0 +1,79 @@
+"""`drain` and `undrain`: hosts and cards (host/gpuN) that take no new work."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from gpupoolctl.cli.console import warn
+from gpupoolctl.cli.ledger_cmd import discover_slices, open_ledger
+from gpupoolctl.cli.render import Column, emit
+from gpupoolctl.cli.settings import OutputFormat, Settings
+from gpupoolctl.errors import UsageError
+
+COLUMNS = (
+    Column("target", "TARGET"),
+    Column("reason", "REASON"),
+    Column("source", "SOURCE"),
+    Column("actor", "BY"),
+    Column("ts", "SINCE"),
+)
+
+Targets = Annotated[
+    list[str] | None,
+    typer.Argument(metavar="[HOST|HOST/gpuN]...", help="Hosts or cards, as `pool` names them."),
+]
+
+
+def register(app: typer.Typer) -> None:
+    """Add `drain` and `undrain` to the root command."""
+    app.command("drain")(drain)
+    app.command("undrain")(undrain)
+
+
+def drain(
+    ctx: typer.Context,
+    targets: Targets = None,
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="Why (required to drain): shown with it.")
+    ] = None,
+) -> None:
+    """Drain hosts or cards: no new work is placed there, by `submit`, `alloc` or elastic
+    re-cuts (what runs there goes on). Without a target: list what is drained."""
+    from gpupoolctl.ledger import drains
+
+    settings: Settings = ctx.obj
+    ledger = open_ledger(settings)
+    if not targets:
+        if reason is not None:
+            raise UsageError("--reason needs a host or card to drain")
+        rows = list(ledger.read().state.drains.values()) if ledger.path.exists() else []
+        emit(settings, data=rows, rows=rows, columns=COLUMNS)
+        return
+    if reason is None:
+        raise UsageError("say why with --reason (it is shown with the drain)")
+    discover_slices(settings, ledger)  # a fresh ledger learns the pool's hosts and cards first
+    done = drains.drain(ledger, targets, reason)
+    _show(settings, done, list(done.value), "drained")
+
+
+def undrain(ctx: typer.Context, targets: Targets = None) -> None:
+    """Lift drains: the hosts or cards take new work again."""
+    from gpupoolctl.ledger import drains
+
+    settings: Settings = ctx.obj
+    done = drains.undrain(open_ledger(settings), targets or [])
+    rows = [{"target": t} for t in done.value]
+    _show(settings, done, rows, "undrained")
+
+
+def _show(settings: Settings, done: Any, rows: list[dict[str, Any]], verb: str) -> None:
+    for message in done.warnings:
+        warn(message)
+    if settings.resolved_output() is OutputFormat.table:
+        for row in rows:
+            why = f": {row['reason']}" if row.get("reason") else ""
+            print(f"{verb} {row['target']}{why}")
+        return
+    emit(settings, data=rows, rows=rows, columns=COLUMNS if verb == "drained" else COLUMNS[:1])
