@@ -33,9 +33,7 @@ def _check(state: State, targets: Sequence[str]) -> None:
         )
 
 
-def drain(
-    ledger: Ledger, targets: Sequence[str], reason: str, source: str = "admin"
-) -> Done:
+def drain(ledger: Ledger, targets: Sequence[str], reason: str, source: str = "admin") -> Done:
     """Drain hosts or cards (host/gpuN); a target drained already gets the new reason."""
     text = " ".join(reason.split())
     if not text:
