@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpupoolctl.ledger import Ledger, LedgerError, NothingFits
+from gpupoolctl.errors import NotFound
+from gpupoolctl.ledger import Ledger, LedgerError, NothingFits, drains
 from gpupoolctl.sched import JobRequest
 from gpupoolctl.sched.alloc import alloc as hold
 
@@ -47,6 +48,7 @@ class Model:
     slices: dict[str, dict] = field(default_factory=dict)
     holds: dict[str, tuple[str, tuple[str, ...], datetime | None]] = field(default_factory=dict)
     uuids: dict[str, list[str]] = field(default_factory=dict)  # alloc -> slice uuids when taken
+    drained: set[str] = field(default_factory=set)  # hosts that take no new holds
 
     def live(self) -> dict[str, tuple[str, tuple[str, ...], datetime | None]]:
         return {k: v for k, v in self.holds.items() if v[2] is None or v[2] > self.now}
@@ -65,7 +67,9 @@ class Model:
 
     def alloc(self, profile: str | None, count: int, owner: str, ttl: int | None) -> str | None:
         held = {s for _, slices, _ in self.live().values() for s in slices}
-        free = [s for k, s in self.slices.items() if k not in held]
+        free = [
+            s for k, s in self.slices.items() if k not in held and s["host"] not in self.drained
+        ]
         fits = [s for s in free if s["profile"] == profile]  # None: a whole GPU
         if len(fits) < count:
             return None
@@ -85,6 +89,20 @@ class Model:
             for sid, uuid in zip(slices, self.uuids[alloc_id], strict=True)
             if sid not in self.slices or self.slices[sid]["uuid"] != uuid
         }
+
+    def drain(self, host: str) -> bool:
+        if not any(s["host"] == host for s in self.slices.values()):
+            return False  # no such host: refused, nothing written
+        self._write(1)
+        self.drained.add(host)
+        return True
+
+    def undrain(self, host: str) -> bool:
+        if host not in self.drained:
+            return False
+        self._write(1)
+        self.drained.discard(host)
+        return True
 
     def release(self, alloc_id: str) -> bool:
         if alloc_id not in self.live():
@@ -109,6 +127,7 @@ ops = st.lists(
             st.sampled_from([None, 5, 60]),
         ),
         st.tuples(st.just("release"), st.integers(0, 40)),
+        st.tuples(st.sampled_from(["drain", "undrain"]), st.sampled_from(["h1", "h2", "h3"])),
         st.tuples(st.just("tick"), st.integers(1, 90)),
         st.tuples(st.just("compact")),
         st.tuples(st.just("reopen")),
@@ -124,6 +143,7 @@ def snapshot_of(ledger: Ledger, now: datetime) -> dict:
         "seq": view.state.seq,
         "slices": view.state.slices,
         "holds": {k: (a.owner, tuple(a.slices), a.expires) for k, a in live.items()},
+        "drained": sorted(view.state.drains),
     }
 
 
@@ -134,6 +154,7 @@ def model_view(model: Model) -> dict:
         "seq": model.seq,
         "slices": model.slices,
         "holds": {k: (o, s, format_ts(e) if e else None) for k, (o, s, e) in model.live().items()},
+        "drained": sorted(model.drained),
     }
 
 
@@ -171,6 +192,17 @@ def test_replay_matches_the_model(sequence):
                     ledger.release(alloc_id)
                     got_ok = True
                 except LedgerError:
+                    got_ok = False
+                assert got_ok == want_ok
+            elif kind in ("drain", "undrain"):
+                want_ok = getattr(model, kind)(step[1])
+                try:
+                    if kind == "drain":
+                        drains.drain(ledger, [step[1]], "maintenance")
+                    else:
+                        drains.undrain(ledger, [step[1]])
+                    got_ok = True
+                except NotFound:
                     got_ok = False
                 assert got_ok == want_ok
             elif kind == "tick":
