@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpupoolctl.cli.console import warn
+from gpupoolctl.cli.console import notice, warn
 from gpupoolctl.cli.ledger_cmd import discover_slices, open_ledger
 from gpupoolctl.cli.render import Column, emit
 from gpupoolctl.cli.settings import OutputFormat, Settings
@@ -38,16 +38,37 @@ def drain(
     reason: Annotated[
         str | None, typer.Option("--reason", help="Why (required to drain): shown with it.")
     ] = None,
+    now: Annotated[
+        bool,
+        typer.Option(
+            "--now",
+            help="Also stop the jobs running there (SIGTERM, grace, SIGKILL): those submitted "
+            "with --requeue are queued again, others are recorded cancelled.",
+        ),
+    ] = False,
+    grace: Annotated[
+        float | None,
+        typer.Option(
+            "--grace",
+            min=0,
+            max=86400,
+            help="With --now: seconds between SIGTERM and SIGKILL "
+            "(default: each job's own --grace).",
+        ),
+    ] = None,
 ) -> None:
     """Drain hosts or cards: no new work is placed there, by `submit`, `alloc` or elastic
-    re-cuts (what runs there goes on). Without a target: list what is drained."""
+    re-cuts (what runs there goes on, unless --now). Without a target: list what is
+    drained."""
     from gpupoolctl.ledger import drains
 
     settings: Settings = ctx.obj
     ledger = open_ledger(settings)
+    if grace is not None and not now:
+        raise UsageError("--grace goes with --now")
     if not targets:
-        if reason is not None:
-            raise UsageError("--reason needs a host or card to drain")
+        if reason is not None or now:
+            raise UsageError("--reason and --now need a host or card to drain")
         rows = list(ledger.read().state.drains.values()) if ledger.path.exists() else []
         emit(settings, data=rows, rows=rows, columns=COLUMNS)
         return
@@ -56,6 +77,19 @@ def drain(
     discover_slices(settings, ledger)  # a fresh ledger learns the pool's hosts and cards first
     done = drains.drain(ledger, targets, reason)
     _show(settings, done, list(done.value), "drained")
+    if now:
+        _stop_jobs(settings, targets, grace)
+
+
+def _stop_jobs(settings: Settings, targets: list[str], grace: float | None) -> None:
+    from gpupoolctl.cli.jobs_cmd import _finish, _open
+    from gpupoolctl.jobs.draining import stop_drained
+
+    jobs = _open(settings)
+    for job in stop_drained(jobs, targets, grace):
+        said = job.get("reason") or job.get("error") or ""
+        notice(f"{job['id']}: {job.get('state')}: {said}", quiet=settings.quiet)
+    _finish(settings, jobs)
 
 
 def undrain(ctx: typer.Context, targets: Targets = None) -> None:

@@ -58,7 +58,7 @@ COMMANDS = (
         "drain",
         "gpupoolctl.cli.drain_cmd",
         "Drain hosts or cards: no new work is placed there, by `submit`, `alloc` or elastic "
-        "re-cuts (what runs there goes on).",
+        "re-cuts (what runs there goes on, unless --now).",
     ),
     LazyCommand(
         "undrain",

@@ -82,3 +82,21 @@ def test_a_drained_card_is_never_recut_and_bad_drains_are_one_line(
         bad = jobs_cli("-q", *args)
         lines = [line for line in bad.stderr.splitlines() if line.strip()]
         assert bad.code == code and len(lines) == 1 and text in lines[0], (args, bad.stderr)
+
+
+def test_drain_now_stops_what_runs_there_requeueing_the_jobs_that_asked(jobs_cli) -> None:
+    again = jobs_cli("-q", "submit", "--host", L40S, "--profile", "gpu", "--requeue", *SLEEP)
+    once = jobs_cli("-q", "submit", "--host", L40S, "--profile", "gpu", *SLEEP)
+    elsewhere = jobs_cli("-q", "submit", "--host", "dxb-a100-01", "--profile", "gpu", *SLEEP)
+    assert again.code == once.code == elsewhere.code == 0
+    ids = [r.stdout.strip() for r in (again, once, elsewhere)]
+    assert [jobs_of(jobs_cli)[i]["state"] for i in ids] == ["running"] * 3
+
+    run = jobs_cli("drain", L40S, "--reason", "PSU swap", "--now", "--grace", "1")
+    assert run.code == 0, run.stderr
+    jobs = jobs_of(jobs_cli)
+    assert jobs[ids[0]]["state"] == "queued"  # asked for --requeue; its host is drained
+    assert "drain of dxb-l40s-01" in jobs[ids[0]]["reason"]
+    assert jobs[ids[1]]["state"] == "cancelled" and jobs[ids[1]]["exit_code"] == 143
+    assert jobs[ids[2]]["state"] == "running"  # another host: untouched
+    assert jobs_cli("-q", "drain", "--now").code == 2  # --now needs a target

@@ -1,0 +1,63 @@
+"""`drain --now`: stop the jobs running on drained hosts and cards, as a preemption stops
+its victims (SIGTERM, the job's grace or the one given, SIGKILL, reaped), so that a job
+submitted with --requeue is queued again (elsewhere: its old place is drained) and any
+other is recorded cancelled, "preempted by drain of HOST"."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from gpupoolctl.jobs import reaping, stopping
+from gpupoolctl.jobs.service import JobsCore
+from gpupoolctl.ledger import Transaction
+
+
+def stop_drained(
+    jobs: JobsCore, targets: Sequence[str], grace_s: float | None = None
+) -> list[dict[str, Any]]:
+    """Mark and stop every running job with a slice on one of the drained `targets`; the
+    jobs as they ended (requeued, cancelled, or done when they had finished first)."""
+    wanted = set(targets)
+
+    def mark(tx: Transaction) -> list[dict[str, Any]]:
+        state = tx.state
+        marked = []
+        for job in list(state.jobs.values()):
+            if job.get("state") != "running" or job.get("cancel") or job.get("preempt"):
+                continue  # not running, or already being stopped by someone else
+            hit = _drain_of(state, job, wanted)
+            if hit is None:
+                continue
+            grace = grace_s if grace_s is not None else float(job.get("grace_s") or 0)
+            tx.append(
+                "job",
+                {
+                    "id": job["id"],
+                    "state": "running",
+                    "preempt": {"by": f"drain of {hit}", "at": time.time(), "grace_s": grace},
+                },
+            )
+            marked.append(tx.state.jobs[job["id"]])
+        return marked
+
+    done = jobs.ledger.write(mark)
+    jobs.warnings.extend(done.warnings)
+    victims: list[dict[str, Any]] = done.value
+    if not victims:
+        return []
+    stopping.stop(jobs, victims, grace_s)
+    reaping.reap(jobs, only={v["id"] for v in victims})
+    state = jobs.read().state
+    return [state.jobs.get(v["id"]) or state.finished.get(v["id"]) or v for v in victims]
+
+
+def _drain_of(state: Any, job: dict[str, Any], wanted: set[str]) -> str | None:
+    """The drained target (of `wanted`) one of the job's slices is on, or None."""
+    for node in job.get("nodes") or []:
+        for slice_id in node.get("slices") or []:
+            drain = state.drained(state.slices.get(slice_id))
+            if drain is not None and drain["target"] in wanted:
+                return str(drain["target"])
+    return None
