@@ -54,10 +54,16 @@ def stop_drained(
 
 
 def _drain_of(state: Any, job: dict[str, Any], wanted: set[str]) -> str | None:
-    """The drained target (of `wanted`) one of the job's slices is on, or None."""
+    """The drained target of `wanted` (a card, or its host) one of the job's slices is on,
+    or None. Both are looked at: a card drained before its host is still on the host."""
+    from gpupoolctl.ledger.state import card_key
+
     for node in job.get("nodes") or []:
         for slice_id in node.get("slices") or []:
-            drain = state.drained(state.slices.get(slice_id))
-            if drain is not None and drain["target"] in wanted:
-                return str(drain["target"])
+            entry = state.slices.get(slice_id)
+            if entry is None:
+                continue
+            for target in (card_key(entry), entry["host"]):
+                if target in wanted and target in state.drains:
+                    return str(target)
     return None

@@ -92,6 +92,9 @@ def test_drain_now_stops_what_runs_there_requeueing_the_jobs_that_asked(jobs_cli
     ids = [r.stdout.strip() for r in (again, once, elsewhere)]
     assert [jobs_of(jobs_cli)[i]["state"] for i in ids] == ["running"] * 3
 
+    # The card of one of them drained first, on its own: draining the host --now stops it too.
+    card = jobs_of(jobs_cli)[ids[1]]["slice"]
+    assert jobs_cli("-q", "drain", card, "--reason", "fan").code == 0
     run = jobs_cli("drain", L40S, "--reason", "PSU swap", "--now", "--grace", "1")
     assert run.code == 0, run.stderr
     jobs = jobs_of(jobs_cli)
