@@ -10,7 +10,7 @@ from typing import Any
 from gpupoolctl.errors import ExitCode, UsageError
 from gpupoolctl.jobs import reaping, scheduling, stopping
 from gpupoolctl.jobs.errors import JobError, NoSuchJob
-from gpupoolctl.jobs.service import JobsCore, Outcome, age_s, find
+from gpupoolctl.jobs.service import JobsCore, Outcome, age_s, find, queued_entries
 from gpupoolctl.ledger import Transaction
 
 ACTIVE = ("queued", "pending", "running")
@@ -181,15 +181,11 @@ def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
     thrown away: one event per decision, in the pass's order. Writes nothing and asks no
     node (so jobs that ended since the last pass still hold their slices here)."""
     from gpupoolctl.ledger.units import parse_ts
-    from gpupoolctl.sched import QueueEntry, schedule_pass
+    from gpupoolctl.sched import schedule_pass
 
     view = view or jobs.read()
     state = view.state
-    entries = []
-    for record in state.queue.values():
-        job = state.jobs.get(str(record.get("job"))) if record.get("job") else None
-        if job is not None and job.get("state") == "queued":
-            entries.append(QueueEntry.from_record(record, str(job.get("policy") or "best-fit")))
+    entries, _ = queued_entries(state)
     if not entries:
         return []
     result = schedule_pass(

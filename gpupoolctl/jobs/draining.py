@@ -5,7 +5,6 @@ other is recorded cancelled, "preempted by drain of HOST"."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,16 +29,7 @@ def stop_drained(
             hit = _drain_of(state, job, wanted)
             if hit is None:
                 continue
-            grace = grace_s if grace_s is not None else float(job.get("grace_s") or 0)
-            tx.append(
-                "job",
-                {
-                    "id": job["id"],
-                    "state": "running",
-                    "preempt": {"by": f"drain of {hit}", "at": time.time(), "grace_s": grace},
-                },
-            )
-            marked.append(tx.state.jobs[job["id"]])
+            marked.append(stopping.mark_preempted(tx, job, f"drain of {hit}", grace_s))
         return marked
 
     done = jobs.ledger.write(mark)

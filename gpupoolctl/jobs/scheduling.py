@@ -20,13 +20,12 @@ second pass waits for the first one's victims and leaves its cards alone.
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpupoolctl.jobs import hooks, launching, reaping, reshape, stopping
 from gpupoolctl.jobs.errors import JobError
-from gpupoolctl.jobs.service import JobsCore, Outcome
+from gpupoolctl.jobs.service import JobsCore, Outcome, queued_entries
 from gpupoolctl.ledger import State, Transaction
 from gpupoolctl.ledger.units import parse_ts
 from gpupoolctl.sched import PassResult, QueueEntry, schedule_pass
@@ -106,13 +105,9 @@ def _decide(
     preemption marks, re-cut reservations. Side effects on nodes come after, outside."""
     state = tx.state
     found = _Round()
-    entries = []
-    for record in list(state.queue.values()):
-        job = state.jobs.get(str(record.get("job"))) if record.get("job") else None
-        if job is None or job.get("state") != "queued":
-            tx.append("dequeue", {"id": record["id"], "reason": "its job is no longer queued"})
-            continue
-        entries.append(QueueEntry.from_record(record, str(job.get("policy") or "best-fit")))
+    entries, stale = queued_entries(state)
+    for entry_id in stale:
+        tx.append("dequeue", {"id": entry_id, "reason": "its job is no longer queued"})
     if not entries:
         return found
     now = parse_ts(tx.now)
@@ -207,16 +202,4 @@ def _mark_victims(tx: Transaction, chosen: list[str], by: str) -> list[dict[str,
         v not in running or running[v].get("cancel") or running[v].get("preempt") for v in chosen
     ):
         return None
-    marked = []
-    for job_id in chosen:
-        grace = float(running[job_id].get("grace_s") or 0)
-        tx.append(
-            "job",
-            {
-                "id": job_id,
-                "state": "running",
-                "preempt": {"by": by, "at": time.time(), "grace_s": grace},
-            },
-        )
-        marked.append(tx.state.jobs[job_id])
-    return marked
+    return [stopping.mark_preempted(tx, running[job_id], by) for job_id in chosen]

@@ -353,6 +353,21 @@ class JobsCore:
         return NoFit("it would wait behind the queue", never=False)
 
 
+def queued_entries(state: State) -> tuple[list[Any], list[str]]:
+    """The queue as the scheduler takes it (sched.QueueEntry, each with its job's placement
+    policy), and the ids of queue records whose job is no longer queued (to be dequeued)."""
+    from gpupoolctl.sched import QueueEntry
+
+    entries, stale = [], []
+    for record in state.queue.values():
+        job = state.jobs.get(str(record.get("job"))) if record.get("job") else None
+        if job is None or job.get("state") != "queued":
+            stale.append(str(record["id"]))
+            continue
+        entries.append(QueueEntry.from_record(record, str(job.get("policy") or "best-fit")))
+    return entries, stale
+
+
 def find(jobs: JobsCore, job_id: str) -> dict[str, Any]:
     """The job as the ledger has it (live or recently ended); NoSuchJob otherwise."""
     state = jobs.read().state

@@ -3,11 +3,31 @@ end (stopped, then reaped)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from gpupoolctl.jobs import reaping
 from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.jobs.service import KILL_WAIT_S, JobsCore, find
+from gpupoolctl.ledger import Transaction
+
+
+def mark_preempted(
+    tx: Transaction, job: dict[str, Any], by: str, grace_s: float | None = None
+) -> dict[str, Any]:
+    """Record that a running job is to be stopped for `by` (a job id, or "drain of HOST"),
+    with its own grace unless one is given; reaping then requeues it (when it asked) or
+    records it cancelled. Returns the job as recorded."""
+    grace = grace_s if grace_s is not None else float(job.get("grace_s") or 0)
+    tx.append(
+        "job",
+        {
+            "id": job["id"],
+            "state": "running",
+            "preempt": {"by": by, "at": time.time(), "grace_s": grace},
+        },
+    )
+    return tx.state.jobs[job["id"]]
 
 
 def stop(jobs: JobsCore, targets: list[dict[str, Any]], grace_s: float | None = None) -> None:

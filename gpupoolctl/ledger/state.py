@@ -77,6 +77,10 @@ class State:
     # Drained hosts and cards ("host" or "host/gpuN") -> {reason, source, actor, ts}: no new
     # work is placed there (what runs there goes on).
     drains: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # recutting_slices() as of (seq, slice map): reports ask it once per slice.
+    _recutting: tuple[tuple[int, int], dict[str, str]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     # -- replay ---------------------------------------------------------------------------
 
@@ -303,6 +307,9 @@ class State:
         before the reshape is closed). An AMD hive's key names its host and island."""
         if not self.reshapes:
             return {}
+        key = (self.seq, id(self.slices))
+        if self._recutting is not None and self._recutting[0] == key:
+            return self._recutting[1]
         out: dict[str, str] = {}
         for record in self.reshapes.values():
             for slice_id in record.get("slices") or ():
@@ -312,6 +319,7 @@ class State:
             reshape = by_card.get(card_key(entry) or "") or by_card.get(hive_key(entry) or "")
             if reshape is not None:
                 out[slice_id] = reshape
+        self._recutting = (key, out)
         return out
 
     def free_slices(self, now: str) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupoolctl.hw import amd_modes, catalog
+from gpupoolctl.ledger.state import card_key, hive_key  # the keys reservations name
 from gpupoolctl.sched.ids import natural
 
 # A layout: the MIG placements, ((profile, start), ...); () = the card whole (MIG off).
@@ -132,10 +133,9 @@ def cards_of(slices: Iterable[Mapping[str, Any]]) -> dict[str, AnyCard]:
             continue
         vendor = str(entry.get("vendor") or "").lower()
         if vendor == "nvidia" and entry.get("kind") in ("gpu", "mig"):
-            by_gpu.setdefault(f"{entry['host']}/gpu{entry['gpu']}", []).append(entry)
+            by_gpu.setdefault(str(card_key(entry)), []).append(entry)
         elif vendor == "amd":
-            island = str(entry.get("island") or f"{entry['host']}/island0").rsplit("/", 1)[-1]
-            by_hive.setdefault(f"{entry['host']}/amd-{island}", []).append(entry)
+            by_hive.setdefault(str(hive_key(entry)), []).append(entry)
     cards: dict[str, AnyCard] = {}
     for key, entries in by_gpu.items():
         card = _card(key, entries)
