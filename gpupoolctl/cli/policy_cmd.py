@@ -12,7 +12,7 @@ from gpupoolctl.errors import UsageError
 
 app = typer.Typer(
     help="The pool policy file: which cards the scheduling loop may re-cut (elastic), into "
-    "what, how often.",
+    "what, how often; when a silent node is lost (health).",
     no_args_is_help=True,
 )
 
@@ -80,10 +80,25 @@ def _render(settings: Settings, data: dict[str, Any], head: str) -> None:
         emit(settings, data=data, rows=rows, columns=COLUMNS)
         return
     typer.echo(head)
+    typer.echo(_health_line(data["health"]))
     for line in _summary(elastic):
         typer.echo(line)
     if rows:
         table(settings, rows, COLUMNS)
+
+
+def _health_line(health: dict[str, Any]) -> str:
+    from gpupoolctl.policy.values import duration_text
+
+    back = (
+        "answers again: its stale runs are killed, then it takes work again"
+        if health["return_to_service"] == "auto"
+        else "answers again: it stays drained until `undrain`"
+    )
+    return (
+        f"health: a node silent {duration_text(health['node_dead_after_s'])} with running jobs "
+        f"is lost (its jobs end or restart elsewhere); when it {back}"
+    )
 
 
 def _summary(elastic: dict[str, Any]) -> list[str]:

@@ -4,8 +4,9 @@
     rule = policy.elastic.rule_for(host, vendor, model, in_hosts)   # None: not elastic
     parse_policy(text, "pool.yaml")   # SourceError "pool.yaml:12: ...; expected ..."
 
-Sections: `elastic:` (which cards may be re-cut, into what, how often). `teams:`,
-`windows:` and `health:` are reserved for later versions and refused for now. This package
+Sections: `elastic:` (which cards may be re-cut, into what, how often), `health:` (when a
+silent node is lost, whether it returns to service by itself). `teams:` and `windows:` are
+reserved for later versions and refused for now. This package
 sits below sched/ and jobs/ (they read it). The values (policy.model) are stdlib only; the
 readers (policy.load) are imported on first use, so a scheduler that only holds a policy
 does not load the YAML reader and the catalogs.
@@ -15,12 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupoolctl.policy.model import ElasticPolicy, ElasticRule, InHosts, PoolPolicy
+from gpupoolctl.policy.model import ElasticPolicy, ElasticRule, HealthPolicy, InHosts, PoolPolicy
 
 _WHERE = ("default_policy_path", "policy_path", "resolve_policy")
 _LOADERS = ("load_policy", "parse_policy", *_WHERE)
 
-__all__ = ["ElasticPolicy", "ElasticRule", "InHosts", "PoolPolicy", *_LOADERS]
+__all__ = ["ElasticPolicy", "ElasticRule", "HealthPolicy", "InHosts", "PoolPolicy", *_LOADERS]
 
 
 def __getattr__(name: str) -> Any:

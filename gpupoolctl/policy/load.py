@@ -3,7 +3,8 @@ comes from policy.where.
 
     version: 1           # required once the file says anything
     elastic: {...}       # see policy.elastic
-    teams/windows/health # reserved for later versions: refused for now
+    health: {...}        # see policy.health
+    teams/windows        # reserved for later versions: refused for now
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ import yaml
 
 from gpupoolctl.errors import SourceError
 from gpupoolctl.policy.elastic import parse_elastic
-from gpupoolctl.policy.model import WHAT, ElasticPolicy, PoolPolicy
+from gpupoolctl.policy.health import parse_health
+from gpupoolctl.policy.model import WHAT, ElasticPolicy, HealthPolicy, PoolPolicy
 from gpupoolctl.policy.values import shown
 from gpupoolctl.yamlsource import YamlSource, did_you_mean
 
 VERSION = 1
-SECTIONS = ("version", "elastic")
+SECTIONS = ("version", "elastic", "health")
 # Sections later work adds; a file using one must not be read as if it were not there.
 RESERVED = {
     "teams": "team members, quotas and borrowing",
     "windows": "time-of-day overrides",
-    "health": "lost nodes and GPU draining",
 }
 
 
@@ -63,7 +64,10 @@ def parse_policy(text: str, source: str = "<stdin>") -> PoolPolicy:
     elastic = ElasticPolicy()
     if "elastic" in keys:
         elastic = parse_elastic(reader, keys["elastic"][1])
-    return PoolPolicy(source=source, elastic=elastic)
+    health = HealthPolicy()
+    if "health" in keys:
+        health = parse_health(reader, keys["health"][1])
+    return PoolPolicy(source=source, elastic=elastic, health=health)
 
 
 def load_policy(path: str | os.PathLike[str]) -> PoolPolicy:

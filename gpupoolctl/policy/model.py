@@ -1,7 +1,7 @@
 """The pool policy as values: what the scheduling loop may do. Stdlib only, no YAML here.
 
 A PoolPolicy comes from policy.load (a file) or is PoolPolicy() (no file: a static pool).
-Its sections are optional and grow with the product; today only `elastic` exists.
+Its sections are optional and grow with the product: `elastic` and `health` today.
 """
 
 from __future__ import annotations
@@ -92,12 +92,41 @@ class ElasticPolicy:
         }
 
 
+# Slurm's SlurmdTimeout is 300 s, Kubernetes marks a node unreachable after about 50 s; a
+# pool of checkpointing jobs wants its work back sooner than Slurm gives it.
+DEFAULT_NODE_DEAD_AFTER_S = 90.0
+RETURN_TO_SERVICE = ("auto", "manual")
+
+
+@dataclass(frozen=True)
+class HealthPolicy:
+    """What the loop does about nodes that stop answering (the `health:` section)."""
+
+    # A host with running jobs that has not answered for this long is declared lost: its
+    # jobs end (or restart elsewhere) and their slices are released.
+    node_dead_after_s: float = DEFAULT_NODE_DEAD_AFTER_S
+    # auto: a lost node that answers again has its stale runs killed, then its automatic
+    # drain is lifted; manual: it stays drained until an admin runs `undrain`.
+    return_to_service: str = "auto"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "node_dead_after_s": self.node_dead_after_s,
+            "return_to_service": self.return_to_service,
+        }
+
+
 @dataclass(frozen=True)
 class PoolPolicy:
     source: str | None = None  # the file it came from; None = no file (a static pool)
     elastic: ElasticPolicy = field(default_factory=ElasticPolicy)
-    # Later sections (teams, windows, health) are added as fields here.
+    health: HealthPolicy = field(default_factory=HealthPolicy)
+    # Later sections (teams, windows) are added as fields here.
 
     def as_dict(self) -> dict[str, Any]:
         """Plain values for JSON/YAML output."""
-        return {"file": self.source, "elastic": self.elastic.as_dict()}
+        return {
+            "file": self.source,
+            "elastic": self.elastic.as_dict(),
+            "health": self.health.as_dict(),
+        }

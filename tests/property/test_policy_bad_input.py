@@ -27,11 +27,12 @@ FUZZ = settings(
 
 KEYS = ["version", "elastic", "enabled", "min-idle", "max-cards-per-pass", "batch-window",
         "backoff", "rules", "hosts", "vendor", "model", "profiles", "amd-modes", "keep-whole",
-        "teams", "windows", "health", "<<", "x"]  # fmt: skip
+        "teams", "windows", "health", "node-dead-after", "return-to-service", "<<",
+        "x"]  # fmt: skip
 WORDS = ["1", "0", "-1", "1e400", ".nan", "true", "null", "~", "5m", "1h30m", "30m1h", "nvidia",
          "amd", "H100", "L40S", "1g.10gb", "1c.3g.40gb", "9g.9gb", "spx/nps1", "cpx/nps4",
          "spx/nps4", "h100", "'@f'", "'~('", "[]", "{}", "[1g.10gb, 2g.20gb]", "&a x", "*a",
-         "!!int x", "'" + "9" * 300 + "'"]  # fmt: skip
+         "!!int x", "'" + "9" * 300 + "'", "auto", "manual", "90s", "4s"]  # fmt: skip
 
 
 def lines() -> st.SearchStrategy[str]:
@@ -91,6 +92,16 @@ DOCUMENT = st.fixed_dictionaries(
     optional={
         "version": st.sampled_from([1, 1, 1, 2, "1", "v1", None]),
         "elastic": st.one_of(SECTION, VALUES),
+        "health": st.one_of(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "node-dead-after": VALUES,
+                    "return-to-service": st.sampled_from(["auto", "manual", "never", 1, None]),
+                },
+            ),
+            VALUES,
+        ),
         "teams": st.just({}),
     },
 )
@@ -118,6 +129,8 @@ def test_yamlish_text_is_a_policy_or_one_line(text: str) -> None:
         assert 0 <= e.min_idle_s <= 7 * 86400 and 0 <= e.backoff_s <= 7 * 86400
         assert 0 <= e.batch_window_s <= 86400 and 1 <= e.max_cards_per_pass <= 1024
         assert all(0 <= rule.keep_whole <= 64 and rule.line >= 1 for rule in e.rules)
+        h = policy.health
+        assert 5 <= h.node_dead_after_s <= 86400 and h.return_to_service in ("auto", "manual")
 
 
 @given(text=yamlish.map(lambda body: "version: 1\nelastic:\n  rules:\n" + body))

@@ -169,7 +169,7 @@ BAD = {
     "unknown-section": (
         "version: 1\nelastc: {}\n",
         2,
-        "unknown section 'elastc' (did you mean 'elastic'?); known: version, elastic",
+        "unknown section 'elastc' (did you mean 'elastic'?); known: version, elastic, health",
     ),
     "teams": (
         "version: 1\nteams:\n  ml: {}\n",
@@ -181,10 +181,35 @@ BAD = {
         3,
         "section 'windows' (time-of-day overrides) is not supported by this version yet",
     ),
-    "health": (
+    "health-key": (
         "version: 1\n\nhealth: {lost-after: 5m}\n",
         3,
-        "section 'health' (lost nodes and GPU draining) is not supported by this version yet",
+        "health: unknown key 'lost-after'; known keys: node-dead-after, return-to-service",
+    ),
+    "health-dead-after-short": (
+        "version: 1\nhealth:\n  node-dead-after: 1s\n",
+        3,
+        "health.node-dead-after: '1s' is too short; expected at least 5s",
+    ),
+    "health-dead-after-bad": (
+        "version: 1\nhealth:\n  node-dead-after: soon\n",
+        3,
+        "health.node-dead-after: bad duration 'soon'",
+    ),
+    "health-dead-after-long": (
+        "version: 1\nhealth:\n  node-dead-after: 2d\n",
+        3,
+        "health.node-dead-after: '2d' is too long; expected at most 1d",
+    ),
+    "health-return": (
+        "version: 1\nhealth:\n  return-to-service: never\n",
+        3,
+        "health.return-to-service: 'never'; expected auto or manual",
+    ),
+    "health-list": (
+        "version: 1\nhealth: [a]\n",
+        2,
+        "health: expected a mapping of node-dead-after, return-to-service",
     ),
     "duplicate": (
         "version: 1\nelastic: {}\nelastic: {}\n",
@@ -484,3 +509,14 @@ def test_the_bundled_example_is_valid_and_says_what_the_brief_asks() -> None:
     assert rules["a100"].enabled and rules["a100"].profiles
     assert rules["mi300x"].enabled and rules["mi300x"].amd_modes
     assert rules["l40s"].enabled is False
+
+
+def test_health_section_values_and_defaults() -> None:
+    assert parse_policy("version: 1\n", "pool.yaml").health.node_dead_after_s == 90
+    policy = parse_policy(
+        "version: 1\nhealth:\n  node-dead-after: 2m\n  return-to-service: manual\n", "pool.yaml"
+    )
+    assert policy.health.node_dead_after_s == 120
+    assert policy.health.return_to_service == "manual"
+    assert policy.as_dict()["health"] == {"node_dead_after_s": 120, "return_to_service": "manual"}
+    assert parse_policy("version: 1\nhealth:\n", "pool.yaml").health.node_dead_after_s == 90
