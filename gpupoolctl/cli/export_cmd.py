@@ -542,6 +542,7 @@ def slurm(
         placeholder_dir=placeholder_dir,
         cpus=cpus,
         real_memory_mib=real_memory,
+        drains=view.state.drains,
     )
     for message in config.warnings:
         warn(message)

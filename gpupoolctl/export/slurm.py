@@ -29,6 +29,11 @@ count-only (right for slurmctld, and the export says why slurmd will not accept 
 `placeholder_dir` every slice gets a stand-in file `<dir>/<host>/gpu<k>`, what simulated nodes
 need (create them as character devices, e.g. `mknod <path> c 1 3`, so that Slurm also sets
 CUDA_VISIBLE_DEVICES). Order is deterministic: nodes by name, types by kind then name.
+
+Drains (`gpupoolctl drain`, or `health`'s own): a drained card's slices are left out of the
+GRES, so Slurm places nothing there either; a drained host keeps its node line (Slurm must
+know the node) and gets `DownNodes=<host> State=DRAIN Reason="..."`, so that it takes no
+jobs until the drain is lifted and the export written again.
 """
 
 from __future__ import annotations
@@ -225,6 +230,7 @@ class SlurmConfig:
     cpus: int | None = None
     real_memory_mib: int | None = None
     warnings: tuple[str, ...] = field(default=())
+    drained: tuple[tuple[str, str], ...] = ()  # (host, reason) of drained hosts, by name
 
     def node(self, name: str) -> SlurmNode:
         for node in self.nodes:
@@ -238,7 +244,8 @@ class SlurmConfig:
             parts.append(f"CPUs={self.cpus}")
         if self.real_memory_mib is not None:
             parts.append(f"RealMemory={self.real_memory_mib}")
-        parts.append(f"Gres={node.gres_spec()}")
+        if node.groups:  # every card drained: the node has no GRES to offer
+            parts.append(f"Gres={node.gres_spec()}")
         return " ".join(parts)
 
     def node_lines(self) -> str:
@@ -246,8 +253,11 @@ class SlurmConfig:
         return "".join(self.node_line(node) + "\n" for node in self.nodes)
 
     def slurm_conf(self) -> str:
-        """The slurm.conf fragment: GresTypes and the node lines."""
-        return f"GresTypes={GRES_NAME}\n" + self.node_lines()
+        """The slurm.conf fragment: GresTypes, the node lines, drained hosts' DownNodes."""
+        down = "".join(
+            f'DownNodes={host} State=DRAIN Reason="{reason}"\n' for host, reason in self.drained
+        )
+        return f"GresTypes={GRES_NAME}\n" + self.node_lines() + down
 
     def gres_conf(self) -> str:
         """A whole gres.conf (the same file serves every node and the controller)."""
@@ -293,9 +303,13 @@ def slurm_config(
     placeholder_dir: str | None = None,
     cpus: int | None = None,
     real_memory_mib: int | None = None,
+    drains: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> SlurmConfig:
     """The Slurm view of `slices` (the ledger's slice records: id, host, kind, profile, model,
     vendor), one node per host.
+
+    drains: the ledger's drains by target ("host" or "host/gpuN"): drained cards' slices are
+    left out, drained hosts get a DownNodes line.
 
     placeholder_dir: an absolute folder; every slice gets File=<dir>/<host>/gpu<k>, k counting
     the host's slices in export order. cpus / real_memory_mib: added to every node line when
@@ -310,6 +324,7 @@ def slurm_config(
     for name, value in (("CPUs", cpus), ("RealMemory", real_memory_mib)):
         if value is not None and value < 1:
             raise UsageError(f"{name} must be at least 1, not {value}")
+    drains = drains or {}
     by_host: dict[str, list[tuple[SliceKind, str]]] = defaultdict(list)
     for entry in slices:
         host = str(entry.get("host") or "")
@@ -317,6 +332,9 @@ def slurm_config(
             raise UsageError(
                 f"host {host!r} cannot be a Slurm NodeName (letters, digits, . _ - only)"
             )
+        by_host.setdefault(host, [])
+        if entry.get("gpu") is not None and f"{host}/gpu{entry['gpu']}" in drains:
+            continue  # a drained card: Slurm must not place there either
         by_host[host].append((SliceKind.of(entry), str(entry.get("id") or "")))
     names = type_names(kind for entries in by_host.values() for kind, _ in entries)
     nodes = tuple(_node(host, by_host[host], names, placeholder_dir) for host in sorted(by_host))
@@ -327,13 +345,25 @@ def slurm_config(
             "accepts it, but Slurm's gres/gpu plugin on slurmd drops file-less GPUs; give "
             "each line its File= (or use placeholder files for simulated nodes)"
         )
+    drained = tuple(
+        (host, _reason_text(drains[host].get("reason")))
+        for host in sorted(by_host)
+        if host in drains
+    )
     return SlurmConfig(
         nodes=nodes,
         types={name: kind for kind, name in names.items()},
         cpus=cpus,
         real_memory_mib=real_memory_mib,
         warnings=tuple(warnings),
+        drained=drained,
     )
+
+
+def _reason_text(reason: Any) -> str:
+    """A drain's reason as a slurm.conf value: one line, no quote or comment character."""
+    text = " ".join(str(reason or "drained").replace('"', "'").replace("#", " ").split())
+    return f"gpupoolctl: {text}"[:200]
 
 
 def _node(

@@ -32,13 +32,13 @@ A100_SXM = "NVIDIA A100-SXM4-80GB"
 
 
 def gpu(host: str, index: int, model: str = H100, vendor: str = "nvidia") -> dict[str, Any]:
-    return {"id": f"{host}/gpu{index}", "host": host, "kind": "gpu", "profile": None,
+    return {"id": f"{host}/gpu{index}", "host": host, "gpu": index, "kind": "gpu", "profile": None,
             "model": model, "vendor": vendor}  # fmt: skip
 
 
 def mig(host: str, index: int, profile: str, start: int, model: str = H100) -> dict[str, Any]:
-    return {"id": f"{host}/gpu{index}/mig-{profile}@{start}", "host": host, "kind": "mig",
-            "profile": profile, "model": model, "vendor": "nvidia"}  # fmt: skip
+    return {"id": f"{host}/gpu{index}/mig-{profile}@{start}", "host": host, "gpu": index,
+            "kind": "mig", "profile": profile, "model": model, "vendor": "nvidia"}  # fmt: skip
 
 
 # -- Slurm's type id ------------------------------------------------------------------------
@@ -282,3 +282,22 @@ def test_counts_and_files_cover_every_slice(entries: list[tuple[str, SliceKind]]
             (item.split(":")[1], int(item.split(":")[2])) for item in node.gres_spec().split(",")
         )
         assert counts == node.counts()
+
+
+def test_drained_cards_are_left_out_and_drained_hosts_get_down_nodes() -> None:
+    slices = [gpu("n1", 0), gpu("n1", 1), gpu("n2", 0), mig("n3", 0, "1g.10gb", 0)]
+    drains = {
+        "n1/gpu1": {"reason": "health: XID 79", "source": "health"},
+        "n2": {"reason": 'PSU "swap" # soon', "source": "admin"},
+        "n3/gpu0": {"reason": "ECC", "source": "health"},
+    }
+    config = slurm_config(slices, drains=drains)
+    assert config.node("n1").counts() == {"h100": 1}
+    assert config.node("n2").counts() == {"h100": 1}  # a drained host keeps its GRES line
+    assert config.node("n3").groups == ()
+    conf = config.slurm_conf()
+    assert "NodeName=n3\n" in conf  # nothing to offer: no empty Gres=
+    assert "DownNodes=n2 State=DRAIN Reason=\"gpupoolctl: PSU 'swap' soon\"\n" in conf
+    assert conf.count("DownNodes") == 1
+    assert "n1 Name=gpu Type=h100 Count=1" in config.gres_conf()
+    assert slurm_config(slices).node("n1").counts() == {"h100": 2}  # no drains: all of them
