@@ -33,6 +33,7 @@ JOB_COLUMNS = (
     Column("slice", "SLICE"),
     Column("age", "AGE", "right"),
     Column("exit_code", "EXIT", "right"),
+    Column("restarts", "RESTARTS", "right"),
     Column("reason", "REASON"),
 )
 SLURM_COLUMNS = (
@@ -69,6 +70,7 @@ JOB_CSV_COLUMNS = tuple(
         "age_s",
         "exit_code",
         "priority",
+        "restarts",
         "reason",
     )
 )
@@ -219,6 +221,45 @@ def submit(
             "--grace", min=0, max=3600, help="Seconds between SIGTERM and SIGKILL when stopped."
         ),
     ] = 30.0,
+    max_restarts: Annotated[
+        int,
+        typer.Option(
+            "--max-restarts",
+            min=0,
+            max=100,
+            metavar="N",
+            help="Run it again, up to N times, when it exits with a failure code or its node "
+            "is lost; each try waits a back-off first (10s, 20s, 40s ... 5m) and sees "
+            "GPUPOOL_RESTART_COUNT. Preemption is --requeue's and does not count.",
+        ),
+    ] = 0,
+    checkpoint_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--checkpoint-dir",
+            metavar="PATH",
+            help="A folder on the node (relative: to the job's working folder), the same on "
+            "every try, given as GPUPOOL_CHECKPOINT_DIR; %j is the job id, %% a %.",
+        ),
+    ] = None,
+    time_limit: Annotated[
+        str | None,
+        typer.Option(
+            "--time-limit",
+            metavar="TIME",
+            help="Wall-clock limit on the node (90s, 30m, 4h, 1d, HH:MM:SS): then SIGTERM, "
+            "the grace, SIGKILL; recorded failed, not restarted.",
+        ),
+    ] = None,
+    signal: Annotated[
+        str | None,
+        typer.Option(
+            "--signal",
+            metavar="SIG[@S]",
+            help="Send SIG (USR1, TERM, ...) S seconds (default 60) before the time limit, "
+            "and before a preemption's SIGTERM (waiting up to S, at most the grace).",
+        ),
+    ] = None,
     name: Annotated[str | None, typer.Option("--name", help="A name to know it by.")] = None,
     env: Annotated[
         list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE for the job (repeatable).")
@@ -252,7 +293,7 @@ def submit(
     --backend slurm ID` reads it).
     """
     from gpupoolctl.jobs import JobSpec, NeverFits
-    from gpupoolctl.jobs.spec import parse_env
+    from gpupoolctl.jobs.spec import parse_env, parse_signal, parse_time_limit
     from gpupoolctl.ledger.units import parse_memory_mib
     from gpupoolctl.sched import JobRequest, NoFit, parse_priority
 
@@ -261,6 +302,7 @@ def submit(
     if argv[:1] == ["--"]:
         argv = argv[1:]
     sized = profile is not None or mem is not None  # "" is a mistake, checked as given
+    warning = parse_signal(signal) if signal is not None else None
     request = JobRequest(
         gpus=gpus,
         # A job that says nothing about its size gets whole cards: handing `torchrun` a 1g
@@ -285,6 +327,11 @@ def submit(
         requeue=requeue,
         grace_s=grace,
         policy=policy,
+        max_restarts=max_restarts,
+        checkpoint_dir=checkpoint_dir,
+        time_limit_s=parse_time_limit(time_limit) if time_limit is not None else None,
+        signal=warning[0] if warning else None,
+        signal_s=warning[1] if warning else None,
     )
     spec.validate()
     if _backend(backend) == "slurm":

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupoolctl.errors import ExitCode, UsageError
-from gpupoolctl.jobs import reaping, scheduling, stopping
+from gpupoolctl.jobs import reaping, restarts, scheduling, stopping
 from gpupoolctl.jobs.errors import JobError, NoSuchJob
 from gpupoolctl.jobs.service import JobsCore, Outcome, age_s, find, queued_entries
 from gpupoolctl.ledger import Transaction
@@ -258,7 +258,9 @@ def reason_text(job: dict[str, Any], waiting: str | None = None) -> str | None:
     recorded = job.get("error") or job.get("reason")
     state = job.get("state")
     if state == "queued":
-        earlier = str(recorded) if recorded and "preempted" in str(recorded) else None
+        # Why it is in the queue again: preempted, or a restart ("exited 1, requeued (1/3)").
+        again = recorded and ("preempted" in str(recorded) or "requeued (" in str(recorded))
+        earlier = str(recorded) if again else None
         parts = [p for p in (earlier, waiting) if p]
         return "; ".join(parts) or None
     if state in ("pending", "running"):
@@ -294,6 +296,9 @@ def row(job: dict[str, Any], now: float | None = None) -> dict[str, Any]:
         "preemptible": bool((job.get("request") or {}).get("preemptible")),
         "pids": [n.get("pid") for n in nodes],
         "run": job.get("run"),
+        "restarts": restarts.shown(job),  # "1/3": used of allowed; None without a budget
+        "restart_count": restarts.budget(job)[0],
+        "max_restarts": restarts.budget(job)[1],
         "argv": job.get("argv"),
         "reason": reason_text(job),
         "created": job.get("created"),

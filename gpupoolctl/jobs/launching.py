@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupoolctl.jobs import hooks, reaping, rendezvous, stopping
+from gpupoolctl.jobs import hooks, reaping, rendezvous, restarts, stopping
 from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.jobs.service import JobsCore
 from gpupoolctl.ledger import Transaction
@@ -31,9 +31,11 @@ def launch(jobs: JobsCore, job: dict[str, Any]) -> dict[str, Any]:
                 "env": {
                     **rendezvous.node_env(job["id"], nodes_of_job, index, address),
                     **(job.get("env") or {}),
+                    **restarts.run_env(job),  # the pool's own: not overridden by --env
                 },
                 "workdir": job.get("workdir"),
                 "devices": node["devices"],
+                **restarts.launch_args(job),
             },
         )
         for index, node in enumerate(nodes_of_job)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gpupoolctl.jobs import restarts
 from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.jobs.service import KILL_WAIT_S, JobsCore, age_s, node_id
+from gpupoolctl.jobs.spec import duration_text
 from gpupoolctl.ledger import Transaction
 
 PENDING_STALE_S = 600.0  # a pending job of another workstation is settled after this long
@@ -77,7 +79,9 @@ def _overdue(job: dict[str, Any]) -> bool:
     marker = job.get("preempt") or job.get("cancel")
     if not marker:
         return False
-    return time.time() > float(marker.get("at") or 0) + float(marker.get("grace_s") or 0) + 2
+    # A preemption that warns first (--signal) gives the job that long before its SIGTERM.
+    grace = float(marker.get("grace_s") or 0) + float(marker.get("warn_s") or 0)
+    return time.time() > float(marker.get("at") or 0) + grace + 2
 
 
 def _kill(jobs: JobsCore, targets: list[dict[str, Any]]) -> None:
@@ -133,12 +137,42 @@ def _finish(
         tx.append(
             "job", {**final, "state": "cancelled", "reason": f"preempted by {preempt.get('by')}"}
         )
+    elif any(s.get("reason") == "time-limit" for s in statuses):
+        limit = duration_text(float(current.get("time_limit_s") or 0))
+        tx.append("job", {**final, "state": "failed", "reason": f"time limit reached ({limit})"})
     elif lost:
         error = "; ".join(str(s.get("error") or s["state"]) for s in lost)
-        tx.append("job", {**final, "state": "failed", "error": f"lost: {error}"})
+        _failed(jobs, tx, current, final, "node-lost", error, error=f"lost: {error}")
+    elif exit_code == 0:
+        tx.append("job", {**final, "state": "done"})
     else:
-        tx.append("job", {**final, "state": "done" if exit_code == 0 else "failed"})
+        detail = f"SIG{final['signal']}" if final["signal"] else str(exit_code)
+        _failed(jobs, tx, current, final, "exit", detail)
     return tx.state.jobs.get(job["id"]) or tx.state.finished.get(job["id"])
+
+
+def _failed(
+    jobs: JobsCore,
+    tx: Transaction,
+    current: dict[str, Any],
+    final: dict[str, Any],
+    cause: str,
+    detail: str,
+    error: str | None = None,
+) -> None:
+    """A try that failed on its own: run again when its restart budget allows (after the
+    back-off), else recorded failed."""
+    restart = restarts.after_failure(current, cause, detail)
+    if restart is not None:
+        restarts.requeue(jobs, tx, current, final, restart)
+        return
+    record = {**final, "state": "failed"}
+    reason = restarts.end_reason(current, cause, detail)
+    if reason is not None:
+        record["reason"] = reason
+    if error is not None:
+        record["error"] = error
+    tx.append("job", record)
 
 
 def _submitter_alive(job: dict[str, Any]) -> bool:

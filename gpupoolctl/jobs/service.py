@@ -285,19 +285,23 @@ class JobsCore:
             return None
         return current
 
-    def enqueue(self, tx: Transaction, job: dict[str, Any], **fields: Any) -> None:
+    def enqueue(
+        self, tx: Transaction, job: dict[str, Any], *, not_before: str | None = None, **fields: Any
+    ) -> None:
+        """Queue the job (again), its record updated with `fields`; with `not_before` (a
+        ledger time) the scheduler leaves the entry waiting until then (a restart's back-off)."""
         request = dict(job.get("request") or {})
         tx.append("job", {"id": job["id"], "state": "queued", "submitter": None, **fields})
-        tx.append(
-            "enqueue",
-            {
-                "id": f"q-{tx.next_seq}",
-                "owner": job.get("owner") or self.owner,
-                "priority": int(request.get("priority", 50)),
-                "request": request,
-                "job": job["id"],
-            },
-        )
+        entry = {
+            "id": f"q-{tx.next_seq}",
+            "owner": job.get("owner") or self.owner,
+            "priority": int(request.get("priority", 50)),
+            "request": request,
+            "job": job["id"],
+        }
+        if not_before is not None:
+            entry["not_before"] = not_before
+        tx.append("enqueue", entry)
 
     # -- submit ------------------------------------------------------------------------------
 

@@ -19,25 +19,49 @@ def mark_preempted(
     with its own grace unless one is given; reaping then requeues it (when it asked) or
     records it cancelled. Returns the job as recorded."""
     grace = grace_s if grace_s is not None else float(job.get("grace_s") or 0)
-    tx.append(
-        "job",
-        {
-            "id": job["id"],
-            "state": "running",
-            "preempt": {"by": by, "at": time.time(), "grace_s": grace},
-        },
-    )
+    mark: dict[str, Any] = {"by": by, "at": time.time(), "grace_s": grace}
+    if job.get("signal"):  # its --signal first, for up to this long, then SIGTERM
+        mark["warn_s"] = warning_s(job, grace)
+    tx.append("job", {"id": job["id"], "state": "running", "preempt": mark})
     return tx.state.jobs[job["id"]]
 
 
+def warning_s(job: dict[str, Any], grace: float) -> float:
+    """How long a preempted job that asked for a --signal gets between it and SIGTERM:
+    its seconds before the limit, at most its grace."""
+    return max(0.0, min(float(job.get("signal_s") or 0), grace))
+
+
+def _warn(jobs: JobsCore, targets: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """Send a preempted job's own --signal first and wait up to warning_s for it to end
+    (it may save its work and leave). Returns the (host, node id) pairs that ended."""
+    calls = []
+    for job in targets:
+        mark = job.get("preempt") or {}
+        if not job.get("signal") or "warn_s" not in mark:
+            continue
+        for node in job.get("nodes") or []:
+            args = {"job_id": node["node_id"], "signal": job["signal"], "wait_s": mark["warn_s"]}
+            calls.append(Call(node["host"], "signal", args))
+    ended = set()
+    for call, result in zip(calls, jobs.nodes.call(calls), strict=True):
+        if result.ok and result.data.get("state") not in ("running", "starting"):
+            ended.add((call.host, str(call.args["job_id"])))
+    return ended
+
+
 def stop(jobs: JobsCore, targets: list[dict[str, Any]], grace_s: float | None = None) -> None:
-    """SIGTERM every node of every job, wait up to its grace, then SIGKILL what is left."""
+    """SIGTERM every node of every job, wait up to its grace, then SIGKILL what is left.
+    A preempted job that asked for a --signal gets it first (see `_warn`)."""
     if not targets:
         return
+    ended = _warn(jobs, targets)
     calls = []
     for job in targets:
         grace = grace_s if grace_s is not None else float(job.get("grace_s") or 0)
         for node in job.get("nodes") or []:
+            if (node["host"], node["node_id"]) in ended:
+                continue
             calls.append(
                 Call(
                     node["host"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpupoolctl.jobs import hooks, reaping, scheduling
 from gpupoolctl.jobs.errors import NeverFits
 from gpupoolctl.jobs.service import JobsCore, Outcome
-from gpupoolctl.jobs.spec import JobSpec
+from gpupoolctl.jobs.spec import JobSpec, expand_checkpoint_dir
 from gpupoolctl.ledger import Transaction
 from gpupoolctl.sched import NoFit
 from gpupoolctl.sched.names import check_names
@@ -30,6 +30,8 @@ def submit(jobs: JobsCore, spec: JobSpec) -> Outcome:
             raise NeverFits(f"the pool can never satisfy this request: {result.reason}")
         job_id = f"j-{tx.next_seq}"
         job = {"id": job_id, "owner": jobs.owner, "run": 0, **spec.record()}
+        if spec.checkpoint_dir is not None:  # the same folder on every try of this job
+            job["checkpoint_dir"] = expand_checkpoint_dir(spec.checkpoint_dir, job_id)
         tx.append("job", {**job, "state": "queued"})
         jobs.enqueue(tx, job)
         return job_id

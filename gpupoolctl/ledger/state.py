@@ -186,6 +186,8 @@ class State:
             "seq": record["seq"],
             "ts": record["ts"],
         }
+        if data.get("not_before"):  # a restart's back-off: not placed before this time
+            self.queue[entry_id]["not_before"] = str(data["not_before"])
 
     def _dequeue(self, record: dict[str, Any]) -> None:
         entry_id = str(record["data"]["id"])

@@ -19,13 +19,17 @@ class QueueEntry:
     job: str | None = None
     owner: str = ""
     policy: str | None = None  # the job's placement policy; None: the pass's
+    not_before: datetime | None = None  # a restart's back-off: not placed before this
 
     @classmethod
     def from_record(cls, record: dict[str, Any], policy: str | None = None) -> QueueEntry:
-        """From a ledger State.queue value ({id, owner, priority, request, job, seq, ts})."""
+        """From a ledger State.queue value ({id, owner, priority, request, job, seq, ts,
+        not_before})."""
         from gpupoolctl.ledger.units import parse_ts
 
+        not_before = record.get("not_before")
         return cls(
+            not_before=parse_ts(str(not_before)) if not_before else None,
             policy=policy,
             id=str(record["id"]),
             priority=int(record.get("priority", 0)),

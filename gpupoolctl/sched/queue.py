@@ -12,6 +12,10 @@ starve a big job (small ones keep taking what it needs as it frees up), so once 
 that has aged to the cap does not fit, every free slice that could serve it is reserved for
 the rest of the pass: later entries may only use slices it could never use.
 
+An entry with a `not_before` later than `now` (a restart waiting out its back-off,
+jobs.restarts) is left waiting: it is not placed, preempts nothing, reserves nothing and no
+re-cut is made for it, until a pass at or after that time.
+
 The same pass is the whole decision of the scheduling loop, in production and in the
 benchmarks alike (one scheduler): it may also choose victims to preempt for an entry that
 does not fit (`preempt`), and, with an elastic policy, hide from small work the whole cards
@@ -21,6 +25,7 @@ that elastic may cut for it and choose the re-cuts that let waiting work fit
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -106,9 +111,17 @@ def schedule_pass(
     failed: dict[tuple[tuple[Any, ...], str], NoFit] = {}
     reserved: list[str] = []
     mine: set[str] = set()  # holds placed by this pass: never preemption victims
+    backing_off: set[str] = set()  # restarts whose back-off has not passed: not re-cut for
     elastic_on = elastic is not None and elastic.policy.enabled
     try:
         for entry in order_queue(entries, now, interval=interval, cap=cap):
+            if entry.not_before is not None and entry.not_before > now:
+                # A restart waiting out its back-off: not placed, no victims, no slices
+                # reserved, no re-cut made for it; it only waits.
+                left = math.ceil((entry.not_before - now).total_seconds())
+                result.waiting.append((entry, NoFit(backoff_reason(left), never=False)))
+                backing_off.add(entry.id)
+                continue
             how = entry.policy or policy
             shape = entry.request.shape_key()
             outcome = failed.get((shape, how)) or _place(entry.request, pool, how, elastic)
@@ -152,8 +165,14 @@ def schedule_pass(
         assert elastic is not None
         from gpupoolctl.sched.elastic import plan_recuts
 
-        result.recuts = plan_recuts([e for e, _ in result.waiting], pool, elastic, now)
+        ready = [e for e, _ in result.waiting if e.id not in backing_off]
+        result.recuts = plan_recuts(ready, pool, elastic, now)
     return result
+
+
+def backoff_reason(seconds: int) -> str:
+    """Why a restart waits: "restarting in 8s (backoff)"."""
+    return f"restarting in {max(1, seconds)}s (backoff)"
 
 
 def _place(

@@ -14,8 +14,11 @@ from gpupoolctl.hw import proc
 
 STARTING_GRACE_S = 30.0  # a folder without pid.json younger than this is a launch in progress
 MAX_LOG_CHUNK = 1 << 20
-_SIGNALS = {"TERM": signals.SIGTERM, "KILL": signals.SIGKILL, "INT": signals.SIGINT}
-_SIGNALS["HUP"] = signals.SIGHUP
+# Signals a job may be sent as a warning (--signal): those it can catch. The admin side's
+# list (gpupoolctl.jobs.spec.SIGNALS) is the same.
+CATCHABLE = ("HUP", "INT", "QUIT", "USR1", "USR2", "ALRM", "TERM", "CONT", "URG", "WINCH")
+_SIGNALS = {"KILL": signals.SIGKILL}
+_SIGNALS.update({name: getattr(signals, f"SIG{name}") for name in CATCHABLE})
 
 
 def status(root: Path, job_id: str, fence: bool = False) -> dict[str, Any]:
@@ -29,6 +32,7 @@ def status(root: Path, job_id: str, fence: bool = False) -> dict[str, Any]:
         "started": None,
         "ended": None,
         "error": None,
+        "reason": None,
         "fenced": False,
     }
     if not folder.is_dir():
@@ -52,6 +56,7 @@ def status(root: Path, job_id: str, fence: bool = False) -> dict[str, Any]:
             signal=exited.get("signal"),
             ended=exited.get("ended"),
             error=exited.get("error"),
+            reason=exited.get("reason"),  # "time-limit": ended at its time limit
         )
         return out
     if started:

@@ -68,6 +68,42 @@ def parse(args: dict[str, Any]) -> dict[str, Any]:
         "env": dict(env),
         "workdir": workdir,
         "devices": {"vendor": vendor, "uuids": list(uuids)},
+        **_limits(args),
+    }
+
+
+MAX_LIMIT_S = 366 * 86400.0
+
+
+def _seconds(args: dict[str, Any], key: str, most: float) -> float | None:
+    value = args.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= most:
+        raise _bad(f"{key} must be a number of seconds from 0 to {most:g}")
+    return float(value)
+
+
+def _limits(args: dict[str, Any]) -> dict[str, Any]:
+    """The time limit the wrapper enforces, the signal it sends signal_s before it, and the
+    grace between SIGTERM and SIGKILL: {"time_limit_s", "signal", "signal_s", "grace_s"}."""
+    from gpupoolctl.agent.jobs.control import CATCHABLE
+
+    limit = _seconds(args, "time_limit_s", MAX_LIMIT_S)
+    grace = _seconds(args, "grace_s", 3600.0)
+    warn = args.get("signal")
+    before = _seconds(args, "signal_s", MAX_LIMIT_S)
+    if warn is not None:
+        warn = str(warn).upper().removeprefix("SIG")
+        if warn not in CATCHABLE:
+            raise _bad(f"signal {warn!r} is not one of {', '.join(CATCHABLE)}")
+    if limit is not None and limit <= 0:
+        raise _bad("time_limit_s must be more than 0")
+    return {
+        "time_limit_s": limit,
+        "signal": warn,
+        "signal_s": before if warn is not None else None,
+        "grace_s": 30.0 if grace is None else grace,
     }
 
 
@@ -149,7 +185,9 @@ def launch(
     for name in _VISIBILITY:  # the slice wins over anything the request or login set
         env.pop(name, None)
     env.update(visible)
-    env["GPUPOOL_JOB_ID"] = request["job_id"]
+    # The pool's job id (the same on every try of a job) when the request names it; else
+    # this folder's name.
+    env["GPUPOOL_JOB_ID"] = request["env"].get("GPUPOOL_JOB_ID") or request["job_id"]
     env["GPUPOOL_JOB_DIR"] = str(folder)
     env.pop("GPUPOOL_SIM_STATE", None)
     env.pop(EPHEMERAL_AGENT, None)
@@ -159,7 +197,8 @@ def launch(
         state = SimState.path_for(host, sim.get("state_dir"))
         env["GPUPOOL_SIM_STATE"] = str(state.absolute())
     argv = _builtin_workload(request["argv"], env)
-    report = _spawn(argv, env, request["workdir"] or os.path.expanduser("~"), folder)
+    limits = {k: request[k] for k in ("time_limit_s", "signal", "signal_s", "grace_s")}
+    report = _spawn(argv, env, request["workdir"] or os.path.expanduser("~"), folder, limits)
     if "error" in report:
         raise AgentError(f"launch: {report['error']}", "LaunchFailed")
     if sim is not None:
@@ -218,7 +257,13 @@ def _show_on_sim_gpus(host: str, sim: dict[str, Any], request: dict[str, Any], p
     )
 
 
-def _spawn(argv: list[str], env: dict[str, str], workdir: str, folder: Path) -> dict[str, Any]:
+def _spawn(
+    argv: list[str],
+    env: dict[str, str],
+    workdir: str,
+    folder: Path,
+    limits: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Double fork: the wrapper ends up in a session of its own, re-parented to init."""
     read_end, write_end = os.pipe()
     child = os.fork()
@@ -227,7 +272,7 @@ def _spawn(argv: list[str], env: dict[str, str], workdir: str, folder: Path) -> 
             os.close(read_end)
             os.setsid()
             if os.fork() == 0:
-                _wrapper(argv, env, workdir, folder, write_end)
+                _wrapper(argv, env, workdir, folder, write_end, limits or {})
         finally:
             os._exit(0)  # never back into the agent (no atexit, no second answer)
     os.close(write_end)
@@ -257,8 +302,16 @@ def _detach_fds(keep: int) -> None:
                 os.close(fd)
 
 
-def _wrapper(argv: list[str], env: dict[str, str], workdir: str, folder: Path, report: int) -> None:
-    """Run the job, report its pid through `report`, wait, write exit.json. Never returns."""
+def _wrapper(
+    argv: list[str],
+    env: dict[str, str],
+    workdir: str,
+    folder: Path,
+    report: int,
+    limits: dict[str, Any],
+) -> None:
+    """Run the job, report its pid through `report`, wait (enforcing its time limit), write
+    exit.json. Never returns."""
     try:
         _detach_fds(report)
         out = os.open(folder / "stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -302,7 +355,7 @@ def _wrapper(argv: list[str], env: dict[str, str], workdir: str, folder: Path, r
             os.close(report)
         except OSError:
             pass
-        returncode = process.wait()
+        returncode, reason = _wait(process, started, limits)
         signal_name = None
         if returncode < 0:
             import signal
@@ -314,9 +367,46 @@ def _wrapper(argv: list[str], env: dict[str, str], workdir: str, folder: Path, r
             returncode = 128 - returncode  # as a shell reports a death by signal
         paths.write_json(
             folder / "exit.json",
-            {"exit_code": returncode, "signal": signal_name, "ended": time.time(), "error": None},
+            {
+                "exit_code": returncode,
+                "signal": signal_name,
+                "ended": time.time(),
+                "error": None,
+                "reason": reason,
+            },
         )
     except BaseException:  # nothing may escape into the agent's code path
         pass
     finally:
         os._exit(0)
+
+
+def _wait(
+    process: subprocess.Popen[bytes], started: float, limits: dict[str, Any]
+) -> tuple[int, str | None]:
+    """Wait for the job; with a time limit (wall-clock seconds from its start), send its
+    warning signal `signal_s` before it, SIGTERM at it and SIGKILL `grace_s` after: the
+    process group each time. (exit status, "time-limit" when the limit was reached)."""
+    import signal
+
+    limit = limits.get("time_limit_s")
+    if not limit:
+        return process.wait(), None
+    warn = limits.get("signal")
+    steps: list[tuple[float, int]] = []
+    if warn:
+        before = min(float(limits.get("signal_s") or 0), limit)
+        steps.append((started + limit - before, getattr(signal, f"SIG{warn}")))
+    steps.append((started + limit, signal.SIGTERM))
+    steps.append((started + limit + float(limits.get("grace_s") or 0), signal.SIGKILL))
+    reason = None
+    for at, signum in steps:
+        try:
+            return process.wait(timeout=max(0.0, at - time.time())), reason
+        except subprocess.TimeoutExpired:
+            pass
+        if signum == signal.SIGTERM:
+            reason = "time-limit"
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signum)
+    return process.wait(), reason

@@ -5,9 +5,10 @@ They ship inside the agent's payload. A launch request whose argv[0] is exactly
 the node's own python and the payload first on PYTHONPATH (see gpupoolctl.agent.jobs.launch).
 
     sleep   [--seconds S]            does nothing for S seconds: the scheduler's cost alone
-    sim     [--work S] [--sigma S] [--kappa K] [--tick S]
+    sim     [--work S] [--sigma S] [--kappa K] [--tick S] [--checkpoint-every S]
                                      run time follows a contention model over the jobs of
-                                     its node (gpupoolctl.agent.workloads.sim)
+                                     its node (gpupoolctl.agent.workloads.sim); saves its
+                                     progress to $GPUPOOL_CHECKPOINT_DIR and resumes from it
     matmul  [--seconds S] [--size N] [--dtype float16|bfloat16|float32]
                                      a GPU burn with PyTorch or CuPy, whichever imports
 

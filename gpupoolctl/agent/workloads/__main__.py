@@ -85,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     contention.add_argument(
         "--tick", type=_number(0, 5), default=sim.DEFAULT_TICK_S, help="seconds between counts"
     )
+    contention.add_argument(
+        "--checkpoint-every",
+        type=_number(0, sim.MAX_WORK_S),
+        default=sim.DEFAULT_CHECKPOINT_S,
+        help="seconds between saves of the progress to $GPUPOOL_CHECKPOINT_DIR "
+        f"(default {sim.DEFAULT_CHECKPOINT_S:g})",
+    )
 
     burn = workloads.add_parser("matmul", help="GPU burn: N x N matmuls with PyTorch or CuPy")
     burn.add_argument("--seconds", type=_number(0, matmul.MAX_SECONDS), default=10.0)
@@ -111,7 +118,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpupoolctl.agent.workloads import sim
 
         return sim.run(
-            args.work, args.sigma, args.kappa, args.tick, os.environ, sys.stdout, sys.stderr
+            args.work,
+            args.sigma,
+            args.kappa,
+            args.tick,
+            os.environ,
+            sys.stdout,
+            sys.stderr,
+            checkpoint_every=args.checkpoint_every,
         )
     if args.workload == "matmul":
         from gpupoolctl.agent.workloads import matmul

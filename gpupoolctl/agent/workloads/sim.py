@@ -14,6 +14,12 @@ then check that it finds the knee and the peak this model puts there.
 share of the card a MIG instance or AMD partition holds, read from the simulated node's state
 file ($GPUPOOL_SIM_STATE, set by the agent on simulated nodes only). On a real node, or when a
 lookup fails, rate is 1.0 and stderr says why, once.
+
+With $GPUPOOL_CHECKPOINT_DIR (submit --checkpoint-dir) the progress is saved there
+(`sim.json`, atomically) every `--checkpoint-every` seconds, on SIGUSR1/SIGUSR2 (a
+--signal warning), when SIGTERM/SIGHUP/SIGINT stop it and at the end; a try that finds one
+resumes from it, and its report says how much it resumed from (`resumed_from`, work seconds).
+So the work a try did before its node was lost (up to the last save) is not done again.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ DEFAULT_TICK_S = 0.05
 MIN_SLEEP_S = 0.001
 PEERS_FOLDER = ".workload-peers"
 PRUNE_EVERY_S = 1.0  # dead peers' files are rare (SIGKILL): look for them once a second
+DEFAULT_CHECKPOINT_S = 5.0  # with $GPUPOOL_CHECKPOINT_DIR: the progress is saved this often
+CHECKPOINT_FILE = "sim.json"
 
 # Contention defaults by interconnect. Plausible, not measured: GPUs on a shared switch fabric
 # (NVLink/NVSwitch, xGMI) contend less for host paths than GPUs whose traffic all crosses
@@ -387,12 +395,22 @@ def contend(
     peers: Peers,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    *,
+    progress: float = 0.0,
+    save: Callable[[float], None] | None = None,
+    save_every: float = DEFAULT_CHECKPOINT_S,
+    save_now: Callable[[], bool] | None = None,
+    seen: list[float] | None = None,
 ) -> Outcome:
-    """Advance through `work` at the speed the live peer count allows, tick by tick."""
-    limit = HARD_STOP_FACTOR * work / rate
+    """Advance through `work` at the speed the live peer count allows, tick by tick,
+    from `progress` (work seconds done by an earlier try). With `save`, it is called with
+    the progress every `save_every` seconds, when `save_now()` says so (a signal asked for
+    it), and at the end. `seen[0]` follows the progress tick by tick (for a signal's save)."""
+    limit = HARD_STOP_FACTOR * max(work - progress, 0.0) / rate
     start = last = clock()
     next_prune = start + PRUNE_EVERY_S
-    progress = weighted_n = 0.0
+    next_save = start + save_every
+    weighted_n = 0.0
     n = peers.count()
     while progress < work and last - start < limit:
         speed = rate / slowdown(n, sigma, kappa)
@@ -404,10 +422,17 @@ def contend(
         dt, last = now - last, now
         progress += dt * speed  # the speed of the n counted when the interval began
         weighted_n += n * dt
+        if seen is not None:
+            seen[0] = min(progress, work)
         if now >= next_prune:
             peers.prune()
             next_prune = now + PRUNE_EVERY_S
+        if save is not None and (now >= next_save or (save_now is not None and save_now())):
+            save(min(progress, work))
+            next_save = now + save_every
         n = peers.count()
+    if save is not None:
+        save(min(progress, work))
     elapsed = last - start
     mean_n = weighted_n / elapsed if elapsed > 0 else float(n)
     return Outcome(progress, elapsed, mean_n, progress >= work)
@@ -423,6 +448,48 @@ def _raise_stopped(signum: int, _frame: Any) -> None:
     raise _Stopped(signum)
 
 
+# -- checkpoints: the work done, kept where every try of the job looks -----------------------
+
+
+class Checkpoint:
+    """`<$GPUPOOL_CHECKPOINT_DIR>/sim.json`: {"workload": "sim", "work", "progress"}, written
+    atomically (a temp file renamed over it), so a try killed at any moment leaves the last
+    whole one; the next try resumes from its progress."""
+
+    def __init__(self, folder: str) -> None:
+        self.path = Path(folder) / CHECKPOINT_FILE
+
+    @classmethod
+    def for_job(cls, env: Mapping[str, str]) -> Checkpoint | None:
+        folder = env.get("GPUPOOL_CHECKPOINT_DIR")
+        return cls(folder) if folder else None
+
+    def load(self, work: float) -> tuple[float, str | None]:
+        """(work seconds done, None) or (0.0, why it starts from the beginning)."""
+        try:
+            with open(self.path, encoding="utf-8") as handle:
+                saved = json.load(handle)
+        except FileNotFoundError:
+            return 0.0, None
+        except (OSError, ValueError) as exc:
+            return 0.0, f"cannot read the checkpoint {self.path}: {exc}; starting over"
+        progress = saved.get("progress") if isinstance(saved, dict) else None
+        if not _positive(progress) and progress != 0:
+            return 0.0, f"{self.path} holds no progress; starting over"
+        if saved.get("work") != work:
+            return 0.0, f"{self.path} is for --work {saved.get('work')}, not {work}; starting over"
+        return min(float(progress), work), None
+
+    def save(self, work: float, progress: float) -> None:
+        os.makedirs(self.path.parent, mode=0o700, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump({"workload": "sim", "work": work, "progress": progress}, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.path)
+
+
 def run(
     work: float,
     sigma: float | None,
@@ -431,6 +498,7 @@ def run(
     env: Mapping[str, str],
     out: TextIO,
     err: TextIO,
+    checkpoint_every: float = DEFAULT_CHECKPOINT_S,
 ) -> int:
     state, why = load_state(env)
     card = describe_card(state, env)
@@ -445,18 +513,56 @@ def run(
     except UnsafeFolder as exc:
         err.write(f"sim: {exc}\n")
         return EXIT_UNSUPPORTED
+    checkpoint = Checkpoint.for_job(env)
+    resumed = 0.0
+    if checkpoint is not None:
+        resumed, note = checkpoint.load(work)
+        if note:
+            err.write(f"sim: {note}\n")
+    # The progress to save when a signal ends the run: the last the loop reached.
+    reached = [resumed]
+    asked: list[int] = []  # a warning signal (USR1/USR2: --signal) asks for a save now
+
+    def save(progress: float) -> None:
+        if checkpoint is not None:
+            checkpoint.save(work, progress)
+
+    def save_now() -> bool:
+        if asked:
+            asked.clear()
+            return True
+        return False
+
     handled = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    warnings = (signal.SIGUSR1, signal.SIGUSR2)
     previous: dict[int, Any] = {}
     try:
         # Installed inside the try: a signal arriving between two of these still ends here.
+        for signum in warnings:
+            previous[signum] = signal.signal(signum, lambda signum, _frame: asked.append(signum))
         for signum in handled:
             previous[signum] = signal.signal(signum, _raise_stopped)
         try:
             peers.join()
-            outcome = contend(work, card.rate, sigma, kappa, tick, peers)
+            outcome = contend(
+                work,
+                card.rate,
+                sigma,
+                kappa,
+                tick,
+                peers,
+                progress=resumed,
+                save=save if checkpoint is not None else None,
+                save_every=checkpoint_every,
+                save_now=save_now,
+                seen=reached,
+            )
         finally:
             peers.leave()
     except _Stopped as stopped:
+        if checkpoint is not None:  # the last progress the loop saw is kept (not lost)
+            with contextlib.suppress(OSError):
+                checkpoint.save(work, reached[0])
         # Leave as the signal would have left us, so the agent records it as such; a second
         # signal meanwhile must not interrupt this with a traceback, so all are blocked first.
         signal.pthread_sigmask(signal.SIG_BLOCK, handled)
@@ -479,6 +585,8 @@ def run(
         "elapsed": round(outcome.elapsed, 6),
         "uncontended": round(work / card.rate, 6),
         "completed": outcome.completed,
+        "resumed_from": round(resumed, 6),  # work seconds an earlier try had done
+        "checkpoint": str(checkpoint.path) if checkpoint is not None else None,
     }
     out.write(json.dumps(report, sort_keys=True) + "\n")
     if not outcome.completed:
