@@ -32,7 +32,13 @@ def _dispatch(request: dict[str, Any]) -> Any:
         if not sim:
             raise AgentError("sim_reset is only for simulated nodes", "BadRequest")
         return sim_driver.reset(host, sim)
+    if verb == "sim_fault":  # reaches a node that is down: that is how it comes back
+        if not sim:
+            raise AgentError("sim_fault is only for simulated nodes", "BadRequest")
+        return sim_driver.fault(host, sim, request.get("args"))
     if sim:
+        # A node whose state says down answers NodeDown to everything else (the
+        # workstation reports it unreachable): a partition, so its jobs run on.
         sim_driver.activate(host, sim)
     if verb == "facts":
         from gpupoolctl.agent import facts

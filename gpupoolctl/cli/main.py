@@ -66,6 +66,11 @@ COMMANDS = (
         "Lift drains: the hosts or cards take new work again.",
     ),
     LazyCommand(
+        "health",
+        "gpupoolctl.cli.health_cmd",
+        "GPU health per card: ok / degraded / failed / unknown, with reasons and the action.",
+    ),
+    LazyCommand(
         "inventory",
         "gpupoolctl.cli.inventory_cmd",
         "Hardware inventory of the selected nodes: GPUs, memory, partitions, processes, links.",
@@ -87,7 +92,9 @@ COMMANDS = (
         "The allocation ledger: history, checks, compaction, repair.",
     ),
     LazyCommand(
-        "sim", "gpupoolctl.cli.sim_cmd", "Simulated hardware: reset nodes, list templates."
+        "sim",
+        "gpupoolctl.cli.sim_cmd",
+        "Simulated hardware: reset nodes, inject health faults, list templates.",
     ),
     LazyCommand(
         "stress",

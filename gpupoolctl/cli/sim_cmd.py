@@ -12,7 +12,10 @@ from gpupoolctl.cli.render import Column, emit
 from gpupoolctl.cli.settings import Settings
 from gpupoolctl.errors import ExitCode, UsageError
 
-app = typer.Typer(help="Simulated hardware: reset nodes, list templates.", no_args_is_help=True)
+app = typer.Typer(
+    help="Simulated hardware: reset nodes, inject health faults, list templates.",
+    no_args_is_help=True,
+)
 
 
 @app.command("reset")
@@ -80,6 +83,84 @@ def reset(
         warn(f"{result.name}: {result.outcome}: {result.error} (not reset)")
     if failed or busy:
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+@app.command("fault")
+def fault(
+    ctx: typer.Context,
+    target: Annotated[
+        str, typer.Argument(metavar="HOST|HOST/gpuN", help="A simulated host or card.")
+    ],
+    faults: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[FAULT]...",
+            help="xid=N, ecc=N, ecc-deferred=N, row-remap=pending|failed, retired-pages=pending, "
+            "bad-pages=N, ring-hang, reset, temp=C, lost, node-down.",
+        ),
+    ] = None,
+    clear: Annotated[
+        bool,
+        typer.Option("--clear", help="Remove the faults of the card (or of the whole host)."),
+    ] = False,
+) -> None:
+    """Inject health faults into a simulated node (its state file, through its agent).
+
+    The fake pynvml/amdsmi then answer the real health calls from them, so `health` and
+    `inventory` see what a real card would show. `node-down` makes the host stop answering
+    (unreachable; what runs there goes on); `--clear` on the host brings it back.
+    """
+    from gpupoolctl.sim.faults import FaultError, parse_faults
+
+    settings: Settings = ctx.obj
+    host, gpu = _fault_target(target)
+    if clear and faults:
+        raise UsageError("give faults or --clear, not both")
+    if not clear:
+        try:
+            parse_faults(list(faults or []))
+        except FaultError as exc:
+            raise UsageError(str(exc)) from None
+    inventory = pool.load(settings)
+    chosen = [h for h in inventory.select(None) if h.name == host]
+    if not chosen:
+        raise UsageError(f"no host {host!r} in {inventory.source}")
+    from gpupoolctl.remote.target import target_from_vars
+
+    node = target_from_vars(chosen[0].name, chosen[0].vars)
+    if node.sim is None:
+        raise UsageError(f"{host} is real hardware (no `sim:` var): faults are for simulated nodes")
+    args = {"gpu": gpu, "faults": list(faults or []), "clear": clear}
+    (result,) = pool.fan_out(settings, [node], {"v": 1, "verb": "sim_fault", "args": args})
+    if result.error_type == "BadFault":
+        raise UsageError(f"{target}: {str(result.error).removeprefix('BadFault: ')}")
+    row = {
+        "target": target,
+        "faults": "cleared" if clear else ",".join(faults or []),
+        "outcome": result.outcome,
+        "error": result.error,
+    }
+    columns = [
+        Column("target", "TARGET"),
+        Column("faults", "FAULTS"),
+        Column("outcome", "OUTCOME"),
+        Column("error", "ERROR"),
+    ]
+    emit(settings, data=row, rows=[row], columns=columns)
+    if not result.ok:
+        warn(f"{host}: {result.outcome}: {result.error}")
+        raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+def _fault_target(text: str) -> tuple[str, int | None]:
+    host, sep, card = text.partition("/")
+    if not host:
+        raise UsageError(f"bad target {text!r}: use HOST or HOST/gpuN")
+    if not sep:
+        return host, None
+    if not card.startswith("gpu") or not card[3:].isdigit():
+        raise UsageError(f"bad target {text!r}: use HOST or HOST/gpuN (gpu0, gpu1, ...)")
+    return host, int(card[3:])
 
 
 @app.command("templates")

@@ -69,6 +69,42 @@ class Process(TypedDict):
     compute_instance_id: int | None
 
 
+class XidEvent(TypedDict):
+    xid: int
+    at: NotRequired[float | None]  # seconds since the epoch, on the node's clock
+    source: NotRequired[str]  # "nvml-event" or "kernel-log"
+
+
+class RemappedRows(TypedDict):
+    correctable: int
+    uncorrectable: int
+    pending: bool
+    failed: bool
+
+
+class GpuHealth(TypedDict):
+    """Raw health signals of one GPU, as the driver read them (hw.health judges them).
+
+    A signal the card or driver does not support, or that could not be read, is None and
+    its name is listed in `unknown`: not knowing is never the same as healthy.
+    """
+
+    unknown: list[str]
+    lost: bool | None  # the driver says the GPU is gone (NVML GPU_IS_LOST)
+    ecc_uncorrected_volatile: NotRequired[int | None]  # since the last driver load (NVIDIA)
+    ecc_uncorrectable: NotRequired[int | None]  # AMD: accumulated uncorrectable
+    ecc_deferred: NotRequired[int | None]  # AMD: deferred (poisoned, not yet consumed)
+    remapped_rows: NotRequired[RemappedRows | None]  # NVIDIA Ampere and later
+    retired_pages_pending: NotRequired[bool | None]  # NVIDIA before Ampere
+    bad_pages: NotRequired[int | None]  # AMD: retired (bad) pages
+    bad_pages_pending: NotRequired[int | None]  # AMD: pages waiting to be retired
+    xids: NotRequired[list[XidEvent] | None]  # NVIDIA critical XID events seen
+    events: NotRequired[list[str] | None]  # AMD: "GPU_PRE_RESET", "RING_HANG", ...
+    throttle_reasons: NotRequired[list[str] | None]  # active clock slowdowns, by name
+    temperature_c: NotRequired[int | None]
+    notes: NotRequired[list[str]]  # why a signal is unknown, in a few words
+
+
 class Gpu(TypedDict):
     index: int
     vendor: Vendor
@@ -92,6 +128,7 @@ class Gpu(TypedDict):
     sriov: SriovState | None
     processes: list[Process]
     driver: str  # which agent driver produced this entry
+    health: NotRequired[GpuHealth]  # read with the rest of the facts (hw.health judges it)
 
 
 class Topology(TypedDict):

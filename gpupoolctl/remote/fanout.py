@@ -17,7 +17,14 @@ from gpupoolctl.errors import UsageError
 from gpupoolctl.remote.bootstrap import encode_stdin
 from gpupoolctl.remote.local import local_python, run_local
 from gpupoolctl.remote.payload import Payload, agent_payload
-from gpupoolctl.remote.results import FAILED, HostFailure, HostResult, classify_exec
+from gpupoolctl.remote.results import (
+    FAILED,
+    NODE_DOWN,
+    UNREACHABLE,
+    HostFailure,
+    HostResult,
+    classify_exec,
+)
 from gpupoolctl.remote.target import Target
 from gpupoolctl.remote.timeouts import Timeouts
 
@@ -120,7 +127,13 @@ def _run_one(
             assert ctx is not None
             raw = run_ssh(target, stdin_data, ctx)
             python = target.python
-        return classify_exec(target.name, python, raw, time.monotonic() - started)
+        result = classify_exec(target.name, python, raw, time.monotonic() - started)
+        if result.error_type == NODE_DOWN and target.sim is not None:
+            # A simulated node-down (gpupoolctl sim fault HOST node-down): the agent ran, so
+            # that `sim fault --clear` can reach it, but the host stands for one that does
+            # not answer. A real host never gets this outcome from an agent's answer.
+            result.outcome = UNREACHABLE
+        return result
     except HostFailure as failure:
         return HostResult(
             target.name,

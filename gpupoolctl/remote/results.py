@@ -13,6 +13,8 @@ FAILED = "failed"
 UNREACHABLE = "unreachable"
 TIMED_OUT = "timed-out"
 OUTCOMES = (OK, FAILED, UNREACHABLE, TIMED_OUT)
+# The agent's error type on a simulated node that is down: unreachable, for sim hosts only.
+NODE_DOWN = "NodeDown"
 
 _EXCERPT = 300  # characters of stderr quoted in a one-line error
 

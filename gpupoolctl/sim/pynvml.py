@@ -1720,3 +1720,242 @@ def nvmlDeviceGetAttributes(device: Any) -> c_nvmlDeviceAttributes:
 
 
 nvmlDeviceGetAttributes_v2 = nvmlDeviceGetAttributes
+
+
+# --- health: ECC, row remapping, page retirement, clocks, temperature, XID events ----------------
+#
+# Per GPU, state["nvidia"]["gpus"][i]["health"] (absent: a healthy card):
+#   {"ecc_uncorrected_volatile": int, "ecc_corrected_volatile": int,
+#    "remapped_rows": {"correctable", "uncorrectable", "pending", "failed"},
+#    "retired_pages_pending": bool, "temperature_c": int, "clocks_event_reasons": int (mask),
+#    "xids": [{"xid": int, "at": epoch seconds, "delivered": bool}]}
+# gpupoolctl.sim.faults writes it (`gpupoolctl sim fault`); "lost" stays the GPU's own flag.
+
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_MEMORY_ERROR_TYPE_COUNT = 2
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_ECC_COUNTER_TYPE_COUNT = 2
+NVML_TEMPERATURE_GPU = 0
+NVML_TEMPERATURE_COUNT = 1
+
+nvmlClocksEventReasonGpuIdle = 0x0000000000000001
+nvmlClocksEventReasonApplicationsClocksSetting = 0x0000000000000002
+nvmlClocksEventReasonSwPowerCap = 0x0000000000000004
+nvmlClocksThrottleReasonHwSlowdown = 0x0000000000000008
+nvmlClocksEventReasonSyncBoost = 0x0000000000000010
+nvmlClocksEventReasonSwThermalSlowdown = 0x0000000000000020
+nvmlClocksThrottleReasonHwThermalSlowdown = 0x0000000000000040
+nvmlClocksThrottleReasonHwPowerBrakeSlowdown = 0x0000000000000080
+nvmlClocksEventReasonDisplayClockSetting = 0x0000000000000100
+nvmlClocksEventReasonNone = 0x0000000000000000
+# The older names, kept by nvidia-ml-py as aliases.
+nvmlClocksThrottleReasonGpuIdle = nvmlClocksEventReasonGpuIdle
+nvmlClocksThrottleReasonApplicationsClocksSetting = nvmlClocksEventReasonApplicationsClocksSetting
+nvmlClocksThrottleReasonSwPowerCap = nvmlClocksEventReasonSwPowerCap
+nvmlClocksThrottleReasonSyncBoost = nvmlClocksEventReasonSyncBoost
+nvmlClocksThrottleReasonSwThermalSlowdown = nvmlClocksEventReasonSwThermalSlowdown
+nvmlClocksThrottleReasonDisplayClockSetting = nvmlClocksEventReasonDisplayClockSetting
+nvmlClocksThrottleReasonNone = nvmlClocksEventReasonNone
+
+nvmlEventTypeSingleBitEccError = 0x0000000000000001
+nvmlEventTypeDoubleBitEccError = 0x0000000000000002
+nvmlEventTypePState = 0x0000000000000004
+nvmlEventTypeXidCriticalError = 0x0000000000000008
+nvmlEventTypeClock = 0x0000000000000010
+nvmlEventTypePowerSourceChange = 0x0000000000000080
+nvmlEventMigConfigChange = 0x0000000000000100
+nvmlEventTypeNone = 0x0000000000000000
+nvmlEventTypeAll = (
+    nvmlEventTypeNone
+    | nvmlEventTypeSingleBitEccError
+    | nvmlEventTypeDoubleBitEccError
+    | nvmlEventTypePState
+    | nvmlEventTypeClock
+    | nvmlEventTypePowerSourceChange
+    | nvmlEventTypeXidCriticalError
+    | nvmlEventMigConfigChange
+)
+
+_SIM_IDLE_TEMPERATURE_C = 34
+
+
+class struct_c_nvmlEventSet_t(Structure):
+    pass
+
+
+c_nvmlEventSet_t = POINTER(struct_c_nvmlEventSet_t)
+
+
+class c_nvmlEventData_t(Structure):
+    _fields_ = [
+        ("device", c_nvmlDevice_t),
+        ("eventType", c_ulonglong),
+        ("eventData", c_ulonglong),
+        ("gpuInstanceId", c_uint),
+        ("computeInstanceId", c_uint),
+    ]
+
+
+# Event sets live in this process, as in libnvidia-ml: id -> {"gpus": {index: mask},
+# "queue": [(gpu index, xid)]}.
+_event_sets: dict[int, dict[str, Any]] = {}
+_KIND_EVENT_SET = 5
+
+
+def _health(gpu: dict[str, Any]) -> dict[str, Any]:
+    value = gpu.get("health")
+    return value if isinstance(value, dict) else {}
+
+
+def _remapping_card(gpu: dict[str, Any]) -> bool:
+    """Ampere and later remap rows; older cards retire pages (nvml.h)."""
+    major = (gpu.get("compute_capability") or [0])[0]
+    return int(major) >= 8
+
+
+@_api
+def nvmlDeviceGetTotalEccErrors(handle: Any, errorType: int, counterType: int) -> int:
+    gpu = _parent(handle)
+    if int(errorType) not in (0, 1) or int(counterType) not in (0, 1):
+        _fail(NVML_ERROR_INVALID_ARGUMENT)
+    health = _health(gpu)
+    kind = "uncorrected" if int(errorType) == NVML_MEMORY_ERROR_TYPE_UNCORRECTED else "corrected"
+    volatile = int(health.get(f"ecc_{kind}_volatile", 0))
+    # Aggregate counts survive driver reloads: never fewer than the volatile ones.
+    if int(counterType) == NVML_AGGREGATE_ECC:
+        return max(volatile, int(health.get(f"ecc_{kind}_aggregate", 0)))
+    return volatile
+
+
+@_api
+def nvmlDeviceGetRemappedRows(device: Any) -> tuple[int, int, int, int]:
+    """(correctable rows, uncorrectable rows, is pending, failure occurred), as pynvml returns.
+
+    Not supported before Ampere, nor while MIG instances exist (nvml.h)."""
+    gpu = _parent(device)
+    if not _remapping_card(gpu):
+        _fail(NVML_ERROR_NOT_SUPPORTED)
+    mig = gpu.get("mig") or {}
+    if mig.get("current") == NVML_DEVICE_MIG_ENABLE and mig.get("gpu_instances"):
+        _fail(NVML_ERROR_NOT_SUPPORTED)
+    rows = _health(gpu).get("remapped_rows") or {}
+    return (
+        int(rows.get("correctable", 0)),
+        int(rows.get("uncorrectable", 0)),
+        1 if rows.get("pending") else 0,
+        1 if rows.get("failed") else 0,
+    )
+
+
+@_api
+def nvmlDeviceGetRetiredPagesPendingStatus(device: Any) -> int:
+    gpu = _parent(device)
+    if _remapping_card(gpu):
+        _fail(NVML_ERROR_NOT_SUPPORTED)  # replaced by row remapping from Ampere on
+    pending = _health(gpu).get("retired_pages_pending")
+    return NVML_FEATURE_ENABLED if pending else NVML_FEATURE_DISABLED
+
+
+@_api
+def nvmlDeviceGetTemperature(handle: Any, sensor: int) -> int:
+    if int(sensor) != NVML_TEMPERATURE_GPU:
+        _fail(NVML_ERROR_INVALID_ARGUMENT)
+    gpu = _parent(handle)
+    default = _SIM_IDLE_TEMPERATURE_C + int(gpu["index"]) % 4
+    return int(_health(gpu).get("temperature_c", default))
+
+
+@_api
+def nvmlDeviceGetCurrentClocksEventReasons(handle: Any) -> int:
+    gpu = _parent(handle)
+    health = _health(gpu)
+    if "clocks_event_reasons" in health:
+        return int(health["clocks_event_reasons"])
+    return nvmlClocksEventReasonGpuIdle if not gpu.get("processes") else 0
+
+
+@_api
+def nvmlDeviceGetCurrentClocksThrottleReasons(handle: Any) -> int:
+    return int(nvmlDeviceGetCurrentClocksEventReasons(handle))
+
+
+@_api
+def nvmlDeviceGetSupportedEventTypes(handle: Any) -> int:
+    _parent(handle)
+    return nvmlEventTypeAll
+
+
+def _event_set_id(eventSet: Any) -> int:
+    kind, index, _, _ = _decode(eventSet)
+    if kind != _KIND_EVENT_SET or index not in _event_sets:
+        _fail(NVML_ERROR_INVALID_ARGUMENT)
+    return index
+
+
+def nvmlEventSetCreate() -> Any:
+    CALLS["nvmlEventSetCreate"] += 1
+    if _init_count <= 0:
+        _fail(NVML_ERROR_UNINITIALIZED)
+    number = max(_event_sets, default=0) + 1
+    _event_sets[number] = {"gpus": {}, "queue": []}
+    return _handle(c_nvmlEventSet_t, _KIND_EVENT_SET, number)
+
+
+@_api
+def nvmlDeviceRegisterEvents(handle: Any, eventTypes: int, eventSet: Any) -> None:
+    """Register for events on one GPU. The sim's critical XIDs not yet delivered to any
+    event set are queued here (and marked delivered): they stand for the events that occur
+    while this agent runs. A real one-shot agent sees only what happens after it registers."""
+    gpu = _parent(handle)
+    number = _event_set_id(eventSet)
+    index = int(gpu["index"])
+    _event_sets[number]["gpus"][index] = int(eventTypes)
+    if not int(eventTypes) & nvmlEventTypeXidCriticalError:
+        return
+    if not any(not x.get("delivered") for x in _health(gpu).get("xids") or []):
+        return
+    with _mutate() as section:
+        fresh = section["gpus"][index].get("health") or {}
+        for event in fresh.get("xids") or []:
+            if not event.get("delivered"):
+                event["delivered"] = True
+                _event_sets[number]["queue"].append((index, int(event["xid"])))
+
+
+@_api
+def nvmlEventSetWait_v2(eventSet: Any, timeoutms: int) -> c_nvmlEventData_t:
+    number = _event_set_id(eventSet)
+    queue = _event_sets[number]["queue"]
+    if not queue:
+        _fail(NVML_ERROR_TIMEOUT)  # the sim never blocks: nothing else will happen
+    index, xid = queue.pop(0)
+    data = c_nvmlEventData_t()
+    data.device = _handle(c_nvmlDevice_t, _KIND_DEVICE, index)
+    data.eventType = nvmlEventTypeXidCriticalError
+    data.eventData = xid
+    data.gpuInstanceId = NVML_GPU_INSTANCE_ID_ANY
+    data.computeInstanceId = NVML_COMPUTE_INSTANCE_ID_ANY
+    return data
+
+
+nvmlEventSetWait = nvmlEventSetWait_v2
+
+
+def nvmlEventSetFree(eventSet: Any) -> None:
+    CALLS["nvmlEventSetFree"] += 1
+    _event_sets.pop(_event_set_id(eventSet), None)
+
+
+def gpupool_sim_kernel_log() -> list[tuple[float | None, str]]:
+    """Sim-only: the node's kernel log, as the lines the NVIDIA driver writes for XIDs:
+    (time, text). The agent reads /dev/kmsg on a real node; this stands in for it."""
+    out = []
+    for gpu in _gpus():
+        bus = str(gpu["pci"]["bus_id"])
+        short = bus.rsplit(".", 1)[0]  # the driver names the device without its function
+        for event in _health(gpu).get("xids") or []:
+            out.append((event.get("at"), f"NVRM: Xid (PCI:{short}): {int(event['xid'])}, "
+                        "pid='<unknown>', name=<unknown>, simulated fault"))  # fmt: skip
+    return out

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import time
 from collections.abc import Callable
 from typing import Any
 
-from gpupoolctl.agent.drivers import nvml_compat
+from gpupoolctl.agent.drivers import kmsg, nvml_compat
 from gpupoolctl.agent.drivers.base import DriverUnavailable
 from gpupoolctl.hw.model import bandwidth_class
 from gpupoolctl.hw.pci import bus_id
@@ -36,6 +37,21 @@ _CORES_PER_SM = {
     (10, 3): 128,
     (12, 0): 128,
 }
+
+# Clock event (throttle) reason bits (nvml.h nvmlClocksEventReason*) -> the names health uses.
+THROTTLE_BITS: tuple[tuple[int, str], ...] = (
+    (0x1, "gpu_idle"),
+    (0x2, "applications_clocks_setting"),
+    (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"),
+    (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"),
+)
+_XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
+_MAX_EVENTS = 1024  # events drained per read, at most
 
 # nvmlDeviceGetTopologyCommonAncestor level -> nvidia-smi topo -m word.
 _TOPO_WORDS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -144,6 +160,7 @@ class NvmlDriver:
             self._gpus = [self._gpu(index, handle) for index, handle in self._handles]
             _share_profile_names(self._gpus)
             self._bus_ids = [g["pci_bus_id"] or None for g in self._gpus]
+            self._add_xids(self._gpus)
         return self._gpus
 
     def link_matrix(self) -> list[list[str]]:
@@ -199,6 +216,7 @@ class NvmlDriver:
             "sriov": None,
             "processes": self._processes(where, h, mig),
             "driver": self.name,
+            "health": self._health(where, h, mig),
         }
 
     def _bandwidth(self, where: str, h: Any) -> float | None:
@@ -228,6 +246,171 @@ class NvmlDriver:
             if word:
                 return word_index * 64 + (int(word) & -int(word)).bit_length() - 1
         return None
+
+    # --- health ---------------------------------------------------------------------------
+
+    def _probe(self, where: str, name: str, *args: Any) -> tuple[Any, str | None]:
+        """(value, None), or (None, why not): "not supported", "lost", or the error."""
+        nvml = self._nvml
+        fn = getattr(nvml, name, None)
+        if fn is None:
+            return None, f"this pynvml has no {name}"
+        try:
+            return fn(*args), None
+        except nvml.NVMLError as exc:
+            if exc.value == getattr(nvml, "NVML_ERROR_GPU_IS_LOST", 15):
+                return None, "lost"
+            if exc.value in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+                return None, "not supported"
+            if exc.value == nvml.NVML_ERROR_NO_PERMISSION:
+                return None, "no permission"
+            self.warnings.append(f"{where}: {name}: {exc}")
+            return None, str(exc)
+        except self._mismatch as exc:
+            return None, str(exc)
+
+    def _health(self, where: str, h: Any, mig: dict[str, Any]) -> dict[str, Any]:
+        """The GPU's health signals (hw.model.GpuHealth); XIDs are added by _add_xids."""
+        nvml = self._nvml
+        unknown: list[str] = []
+        notes: list[str] = []
+        lost = False
+
+        def failed(name: str, why: str) -> None:
+            nonlocal lost
+            lost = lost or why == "lost"
+            unknown.append(name)
+            notes.append(f"{name}: {why}")
+
+        ecc, why = self._probe(
+            where,
+            "nvmlDeviceGetTotalEccErrors",
+            h,
+            getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1),
+            getattr(nvml, "NVML_VOLATILE_ECC", 0),
+        )
+        if why:
+            failed("ecc_uncorrected_volatile", "no ECC, or ECC off" if why == "not supported"
+                   else why)  # fmt: skip
+        # Ampere and later remap rows, older cards retire pages: a card has one of the two.
+        rows, why_rows = self._probe(where, "nvmlDeviceGetRemappedRows", h)
+        pages, why_pages = self._probe(where, "nvmlDeviceGetRetiredPagesPendingStatus", h)
+        with_instances = mig.get("mode") == "enabled" and bool(mig.get("instances"))
+        if why_rows and with_instances and why_rows == "not supported":
+            failed("remapped_rows", "not readable while MIG instances exist")
+        elif why_rows and why_pages:
+            failed("remapped_rows", why_rows)
+            failed("retired_pages_pending", why_pages)
+        elif why_rows and why_rows != "not supported":
+            failed("remapped_rows", why_rows)
+        elif why_pages and why_pages != "not supported":
+            failed("retired_pages_pending", why_pages)
+        temperature, why = self._probe(
+            where, "nvmlDeviceGetTemperature", h, getattr(nvml, "NVML_TEMPERATURE_GPU", 0)
+        )
+        if why:
+            failed("temperature_c", why)
+        reasons, why = self._probe(where, "nvmlDeviceGetCurrentClocksEventReasons", h)
+        if why and why.startswith("this pynvml has no"):
+            reasons, why = self._probe(where, "nvmlDeviceGetCurrentClocksThrottleReasons", h)
+        if why:
+            failed("throttle_reasons", why)
+        health: dict[str, Any] = {
+            "unknown": unknown,
+            "lost": lost,
+            "ecc_uncorrected_volatile": None if ecc is None else int(ecc),
+            "remapped_rows": None
+            if rows is None
+            else {
+                "correctable": int(rows[0]),
+                "uncorrectable": int(rows[1]),
+                "pending": bool(rows[2]),
+                "failed": bool(rows[3]),
+            },
+            "retired_pages_pending": None
+            if pages is None
+            else int(pages) == getattr(nvml, "NVML_FEATURE_ENABLED", 1),
+            "xids": None,
+            "throttle_reasons": None
+            if reasons is None
+            else [name for bit, name in THROTTLE_BITS if int(reasons) & bit],
+            "temperature_c": None if temperature is None else int(temperature),
+            "notes": notes,
+        }
+        return health
+
+    def _add_xids(self, gpus: list[dict[str, Any]]) -> None:
+        """Critical XIDs per GPU, from NVML events and the kernel log; "xids" is unknown on a
+        GPU where neither could be read."""
+        registered, events = self._nvml_xid_events()
+        reader = getattr(self._nvml, "gpupool_sim_kernel_log", None)  # the sim's stand-in
+        records = reader() if callable(reader) else kmsg.read_kernel_log()
+        logged = kmsg.xid_events(records, self._bus_ids) if records is not None else {}
+        for position, gpu in enumerate(gpus):
+            health = gpu.get("health")
+            if health is None:
+                continue
+            found = {(e["xid"], e.get("at")): e for e in logged.get(position, [])}
+            for event in events.get(position, []):
+                # The same XID in both: the log's line, which has the time it happened.
+                if not any(xid == event["xid"] for xid, _ in found):
+                    found[(event["xid"], event.get("at"))] = event
+            if records is not None or events.get(position):
+                health["xids"] = sorted(found.values(), key=lambda e: (e.get("at") or 0, e["xid"]))
+            else:
+                health["unknown"].append("xids")
+                why = "kernel log not readable"
+                if position not in registered:
+                    why += ", no NVML XID events on this GPU"
+                else:
+                    why += "; NVML events show only what happens during the read"
+                health["notes"].append(f"xids: {why}")
+
+    def _nvml_xid_events(self) -> tuple[set[int], dict[int, list[dict[str, Any]]]]:
+        """XID events pending on an event set registered now, read without waiting.
+
+        An event set only receives events that happen after it is registered, so a one-shot
+        agent sees the XIDs raised during its own read, nearly never an earlier one: the
+        kernel log (kmsg) is where the history is. Returns the positions of the GPUs that
+        could be registered and the events per position."""
+        nvml = self._nvml
+        create = getattr(nvml, "nvmlEventSetCreate", None)
+        wait = getattr(nvml, "nvmlEventSetWait_v2", None) or getattr(nvml, "nvmlEventSetWait", None)
+        if create is None or wait is None:
+            return set(), {}
+        try:
+            event_set = create()
+        except nvml.NVMLError:
+            return set(), {}
+        registered: set[int] = set()
+        events: dict[int, list[dict[str, Any]]] = {}
+        by_address = {_address(h): position for position, (_, h) in enumerate(self._handles)}
+        try:
+            kind = getattr(nvml, "nvmlEventTypeXidCriticalError", _XID_CRITICAL)
+            for position, (_, h) in enumerate(self._handles):
+                try:
+                    nvml.nvmlDeviceRegisterEvents(h, kind, event_set)
+                except nvml.NVMLError:
+                    continue  # NOT_SUPPORTED (some cards, vGPU) or the GPU is lost
+                registered.add(position)
+            for _ in range(_MAX_EVENTS if registered else 0):
+                try:
+                    data = wait(event_set, 0)  # 0 ms: never block; TIMEOUT when none pending
+                except nvml.NVMLError:
+                    break
+                if not int(data.eventType) & kind:
+                    continue
+                position = by_address.get(_address(data.device))
+                if position is not None:
+                    events.setdefault(position, []).append(
+                        {"xid": int(data.eventData), "at": time.time(), "source": "nvml-event"}
+                    )
+        finally:
+            free = getattr(nvml, "nvmlEventSetFree", None)
+            if free is not None:
+                with contextlib.suppress(nvml.NVMLError):
+                    free(event_set)
+        return registered, events
 
     # --- MIG ------------------------------------------------------------------------------
 
@@ -519,6 +702,13 @@ def _share_profile_names(gpus: list[dict[str, Any]]) -> None:
                 profile.update(name=known.name, name_source="catalog")
             else:
                 profile["name_source"] = None
+
+
+def _address(handle: Any) -> int | None:
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return None
 
 
 def _instance_id(raw: Any, hint: int | None) -> int | None:

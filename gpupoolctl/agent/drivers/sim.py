@@ -11,18 +11,52 @@ from typing import Any
 from gpupoolctl.agent.protocol import AgentError
 
 
-def activate(host: str, sim: dict[str, Any]) -> None:
-    """Load (or create from its template) the node's state and install the fake modules."""
+def _open(host: str, sim: dict[str, Any]) -> Any:
     from gpupoolctl import sim as simulation
 
     template = sim.get("template")
     if not isinstance(template, str) or not template:
         raise AgentError("sim request names no template", "BadRequest")
     try:
-        state = simulation.SimState.open(host, template, sim.get("state_dir"))
+        return simulation.SimState.open(host, template, sim.get("state_dir"))
     except KeyError as exc:
         raise AgentError(str(exc.args[0]) if exc.args else str(exc), "SimError") from exc
+
+
+def activate(host: str, sim: dict[str, Any]) -> None:
+    """Load (or create from its template) the node's state and install the fake modules.
+    A node its state says is down raises NodeDown, which the workstation reports as
+    unreachable (for simulated hosts only)."""
+    from gpupoolctl import sim as simulation
+    from gpupoolctl.sim.faults import is_down
+
+    state = _open(host, sim)
+    if is_down(state.data):
+        raise AgentError(
+            f"simulated node-down: {host} does not answer (`gpupoolctl sim fault {host} "
+            "--clear` brings it back)",
+            "NodeDown",
+        )
     simulation.activate(state)
+
+
+def fault(host: str, sim: dict[str, Any], args: Any) -> dict[str, Any]:
+    """The `sim_fault` verb: {"gpu": N | null, "faults": ["xid=79", ...], "clear": bool}."""
+    from gpupoolctl.sim import faults
+
+    if not isinstance(args, dict):
+        raise AgentError("sim_fault needs args", "BadRequest")
+    gpu = args.get("gpu")
+    if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 0):
+        raise AgentError(f"bad gpu index {gpu!r}", "BadFault")
+    state = _open(host, sim)
+    try:
+        if args.get("clear"):
+            return {"host": host, **faults.clear_faults(state, gpu)}
+        parsed = faults.parse_faults([str(f) for f in args.get("faults") or []])
+        return {"host": host, **faults.apply_faults(state, gpu, parsed)}
+    except faults.FaultError as exc:
+        raise AgentError(str(exc), "BadFault") from exc
 
 
 def reset(host: str, sim: dict[str, Any]) -> dict[str, str]:
