@@ -1144,3 +1144,163 @@ def sim_inject_fault(
 def sim_clear_faults() -> None:
     with _mutate_section() as data:
         data["amd"]["faults"] = []
+
+
+# -- health: ECC, bad pages, temperature, driver events ----------------------------------------
+#
+# Per card, state["amd"]["gpus"][i]["health"] (absent: a healthy card), written by
+# gpupoolctl.sim.faults: {"ecc_correctable", "ecc_uncorrectable", "ecc_deferred": int,
+# "bad_pages": int (retired), "bad_pages_pending": int, "temperature_c": int,
+# "events": ["RING_HANG", "GPU_PRE_RESET", ...], "delivered": int (events already read)}.
+# The logical GPUs (partitions) of a card share its health.
+
+
+class AmdSmiTemperatureType(IntEnum):
+    EDGE = 0
+    HOTSPOT = 1
+    JUNCTION = 1
+    VRAM = 2
+    HBM_0 = 3
+    HBM_1 = 4
+    HBM_2 = 5
+    HBM_3 = 6
+    PLX = 7
+
+
+class AmdSmiTemperatureMetric(IntEnum):
+    CURRENT = 0
+    MAX = 1
+    MIN = 2
+    MAX_HYST = 3
+    MIN_HYST = 4
+    CRITICAL = 5
+    CRITICAL_HYST = 6
+    EMERGENCY = 7
+    EMERGENCY_HYST = 8
+    CRIT_MIN = 9
+    CRIT_MIN_HYST = 10
+    OFFSET = 11
+    LOWEST = 12
+    HIGHEST = 13
+
+
+class AmdSmiEvtNotificationType(IntEnum):
+    NONE = 0
+    VMFAULT = 1
+    THERMAL_THROTTLE = 2
+    GPU_PRE_RESET = 3
+    GPU_POST_RESET = 4
+    RING_HANG = 5
+
+
+class AmdSmiMemoryPageStatus(IntEnum):
+    RESERVED = 0
+    PENDING = 1
+    UNRESERVABLE = 2
+
+
+_SIM_IDLE_HOTSPOT_C = 41
+
+
+def _card_health(gpu: dict[str, Any]) -> dict[str, Any]:
+    value = gpu.get("health")
+    return value if isinstance(value, dict) else {}
+
+
+def amdsmi_get_gpu_total_ecc_count(processor_handle: ProcessorHandle) -> dict[str, int]:
+    gpu, _ = _enter("amdsmi_get_gpu_total_ecc_count", processor_handle)
+    health = _card_health(gpu)
+    return {
+        "correctable_count": int(health.get("ecc_correctable", 0)),
+        "uncorrectable_count": int(health.get("ecc_uncorrectable", 0)),
+        "deferred_count": int(health.get("ecc_deferred", 0)),
+    }
+
+
+def amdsmi_get_gpu_bad_page_info(processor_handle: ProcessorHandle) -> list[dict[str, Any]]:
+    """As amdsmi's _format_bad_page_info: one record per page, status an
+    AmdSmiMemoryPageStatus value."""
+    gpu, _ = _enter("amdsmi_get_gpu_bad_page_info", processor_handle)
+    health = _card_health(gpu)
+    statuses = [AmdSmiMemoryPageStatus.RESERVED] * int(health.get("bad_pages", 0)) + [
+        AmdSmiMemoryPageStatus.PENDING
+    ] * int(health.get("bad_pages_pending", 0))
+    return [
+        {"value": i, "page_address": 0x7F000000 + i * 0x1000, "page_size": 4096, "status": s}
+        for i, s in enumerate(statuses)
+    ]
+
+
+def amdsmi_get_temp_metric(
+    processor_handle: ProcessorHandle,
+    sensor_type: AmdSmiTemperatureType,
+    metric: AmdSmiTemperatureMetric,
+) -> int:
+    if not isinstance(sensor_type, AmdSmiTemperatureType):
+        raise AmdSmiParameterException(sensor_type, AmdSmiTemperatureType)
+    if not isinstance(metric, AmdSmiTemperatureMetric):
+        raise AmdSmiParameterException(metric, AmdSmiTemperatureMetric)
+    gpu, _ = _enter("amdsmi_get_temp_metric", processor_handle)
+    # Instinct cards have no edge sensor; the hotspot (junction) is what they report.
+    if sensor_type != AmdSmiTemperatureType.HOTSPOT or metric != AmdSmiTemperatureMetric.CURRENT:
+        raise AmdSmiLibraryException(AMDSMI_STATUS_NOT_SUPPORTED)
+    return int(_card_health(gpu).get("temperature_c", _SIM_IDLE_HOTSPOT_C + int(gpu["index"])))
+
+
+class AmdSmiEventReader:
+    """As amdsmi's: register for event types on one GPU, read(timeout_ms) what is pending.
+
+    The sim's driver events not yet read by any reader are what this one gets (they stand
+    for the events raised while the agent runs); none pending: AMDSMI_STATUS_NO_DATA, the
+    status the library answers when the timeout passes with nothing."""
+
+    def __init__(
+        self, processor_handle: ProcessorHandle, event_types: list[AmdSmiEvtNotificationType]
+    ) -> None:
+        if not isinstance(processor_handle, ProcessorHandle):
+            raise AmdSmiParameterException(processor_handle, ProcessorHandle)
+        for event_type in event_types:
+            if not isinstance(event_type, AmdSmiEvtNotificationType):
+                raise AmdSmiParameterException(event_type, AmdSmiEvtNotificationType)
+        self.processor_handle = processor_handle
+        self._types = {AmdSmiEvtNotificationType(t).name for t in event_types}
+        _enter("amdsmi_init_gpu_event_notification", processor_handle)
+
+    def read(self, timestamp: int, num_elem: int = 10) -> list[dict[str, Any]]:
+        gpu, _ = _resolve(self.processor_handle)
+        events = list(_card_health(gpu).get("events") or [])
+        delivered = int(_card_health(gpu).get("delivered", 0))
+        fresh = [e for e in events[delivered:] if e in self._types][: int(num_elem)]
+        if not fresh or _state is None:
+            raise AmdSmiLibraryException(AMDSMI_STATUS_NO_DATA)
+        with _state.mutate() as data:
+            data["amd"]["gpus"][int(gpu["index"])].setdefault("health", {})["delivered"] = len(
+                events
+            )
+        return [
+            {"processor_handle": self.processor_handle, "event": e, "message": f"sim {e}"}
+            for e in fresh
+        ]
+
+    def stop(self) -> None:
+        return None
+
+    def __enter__(self) -> AmdSmiEventReader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def gpupool_sim_kernel_log() -> list[tuple[float | None, str]]:
+    """Sim-only: the amdgpu lines of the node's kernel log for its driver events (the
+    agent reads /dev/kmsg on a real node)."""
+    out: list[tuple[float | None, str]] = []
+    for gpu in _gpus():
+        for event in _card_health(gpu).get("events") or []:
+            bdf = str(gpu["bdf"])
+            if event == "RING_HANG":
+                out.append((None, f"amdgpu {bdf}: amdgpu: ring gfx_0.0.0 timeout, sim"))
+            elif event == "GPU_PRE_RESET":
+                out.append((None, f"amdgpu {bdf}: amdgpu: GPU reset begin!"))
+    return out

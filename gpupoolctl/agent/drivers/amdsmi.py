@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol, TypeVar
 
+from gpupoolctl.agent.drivers import kmsg
 from gpupoolctl.agent.drivers.base import Driver, DriverUnavailable
 from gpupoolctl.hw import amd_modes
 from gpupoolctl.hw.model import bandwidth_class
@@ -46,6 +47,11 @@ _ABSENT_STATUSES = frozenset(
 _ALL_ONES = (0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF)  # uint32/uint64 "not available"
 _LINK_PCIE = 1
 _LINK_XGMI = 2
+_NOT_SUPPORTED = 2  # AMDSMI_STATUS_NOT_SUPPORTED
+_NO_DATA = 40  # AMDSMI_STATUS_NO_DATA: an event read that found nothing pending
+_PAGE_PENDING = 1  # AmdSmiMemoryPageStatus.PENDING
+# Driver events health watches (AmdSmiEvtNotificationType names).
+HEALTH_EVENTS = ("THERMAL_THROTTLE", "GPU_PRE_RESET", "GPU_POST_RESET", "RING_HANG")
 
 
 class Sysfs(Protocol):
@@ -236,7 +242,9 @@ class AmdSmiDriver:
         return None if fn is None else self._try(fn, *args)
 
     def gpus(self) -> list[dict[str, Any]]:
-        return [self._gpu(index, handle) for index, handle in enumerate(self._handles)]
+        gpus = [self._gpu(index, handle) for index, handle in enumerate(self._handles)]
+        self._add_events(gpus)
+        return gpus
 
     def _gpu(self, index: int, handle: Any) -> dict[str, Any]:
         asic = self._call("amdsmi_get_gpu_asic_info", handle) or {}
@@ -266,7 +274,119 @@ class AmdSmiDriver:
             "sriov": read_sriov(self._sysfs, bdf) if isinstance(bdf, str) else None,
             "processes": self._processes(handle),
             "driver": self.name,
+            "health": self._health(handle),
         }
+
+    # -- health ---------------------------------------------------------------------------
+
+    def _probe(self, name: str, *args: Any) -> tuple[Any, str | None]:
+        """(value, None), or (None, why not). ECC, bad pages and RAS are not supported in
+        a VM guest (amdsmi docs)."""
+        fn = getattr(self._lib, name, None)
+        if fn is None:
+            return None, f"this amdsmi has no {name}"
+        try:
+            return fn(*args), None
+        except Exception as exc:  # amdsmi raises its own exception family
+            if getattr(exc, "err_code", None) == _NOT_SUPPORTED:
+                return None, "not supported"
+            return None, _describe(exc)
+
+    def _health(self, handle: Any) -> dict[str, Any]:
+        """The logical GPU's health signals (hw.model.GpuHealth); events by _add_events."""
+        lib = self._lib
+        unknown: list[str] = []
+        notes: list[str] = []
+
+        def failed(names: tuple[str, ...], why: str) -> None:
+            unknown.extend(names)
+            notes.extend(f"{name}: {why}" for name in names)
+
+        ecc, why = self._probe("amdsmi_get_gpu_total_ecc_count", handle)
+        if why or not isinstance(ecc, dict):
+            failed(("ecc_uncorrectable", "ecc_deferred"), why or "unexpected answer")
+            ecc = None
+        pages, why = self._probe("amdsmi_get_gpu_bad_page_info", handle)
+        if why or not isinstance(pages, list):
+            failed(("bad_pages", "bad_pages_pending"), why or "unexpected answer")
+            pages = None
+        temperature, why = None, "this amdsmi has no temperature enums"
+        kinds = getattr(lib, "AmdSmiTemperatureType", None)
+        metrics = getattr(lib, "AmdSmiTemperatureMetric", None)
+        if kinds is not None and metrics is not None:
+            # Instinct cards report hotspot (junction) only; Radeon cards the edge too.
+            for sensor in ("HOTSPOT", "EDGE"):
+                if hasattr(kinds, sensor):
+                    temperature, why = self._probe(
+                        "amdsmi_get_temp_metric", handle, getattr(kinds, sensor), metrics.CURRENT
+                    )
+                    if why is None:
+                        break
+        if why:
+            failed(("temperature_c",), why)
+        return {
+            "unknown": unknown,
+            "lost": None,  # amdsmi has no "GPU is lost" answer
+            "ecc_uncorrectable": None if ecc is None else _number(ecc.get("uncorrectable_count")),
+            "ecc_deferred": None if ecc is None else _number(ecc.get("deferred_count")),
+            "bad_pages": None
+            if pages is None
+            else sum(1 for p in pages if _page_status(p) != _PAGE_PENDING),
+            "bad_pages_pending": None
+            if pages is None
+            else sum(1 for p in pages if _page_status(p) == _PAGE_PENDING),
+            "events": None,
+            "temperature_c": _number(temperature),
+            "notes": notes,
+        }
+
+    def _add_events(self, gpus: list[dict[str, Any]]) -> None:
+        """Driver events per GPU: those pending on an event reader (read without waiting)
+        and the amdgpu reset / ring timeout lines of the kernel log. A reader only gets what
+        happens after it is made, so without the kernel log "events" is unknown unless one
+        arrived."""
+        reader = getattr(self._lib, "gpupool_sim_kernel_log", None)  # the sim's stand-in
+        records = reader() if callable(reader) else kmsg.read_kernel_log()
+        bus_ids = [g.get("pci_bus_id") if isinstance(g.get("pci_bus_id"), str) else None
+                   for g in gpus]  # fmt: skip
+        logged = kmsg.amd_events(records, bus_ids) if records is not None else {}
+        for position, (gpu, handle) in enumerate(zip(gpus, self._handles, strict=True)):
+            health = gpu.get("health")
+            if health is None:
+                continue
+            pending, why = self._pending_events(handle)
+            events = sorted(set(logged.get(position, []) + (pending or [])))
+            if records is not None or pending:
+                health["events"] = events
+            else:
+                health["unknown"].append("events")
+                detail = f"; event reader: {why}" if why else ""
+                health["notes"].append(
+                    f"events: kernel log not readable; an event reader shows only what happens "
+                    f"during the read{detail}"
+                )
+
+    def _pending_events(self, handle: Any) -> tuple[list[str] | None, str | None]:
+        lib = self._lib
+        kinds = getattr(lib, "AmdSmiEvtNotificationType", None)
+        make = getattr(lib, "AmdSmiEventReader", None)
+        if kinds is None or make is None:
+            return None, "this amdsmi has no event reader"
+        wanted = [getattr(kinds, name) for name in HEALTH_EVENTS if hasattr(kinds, name)]
+        try:
+            reader = make(handle, wanted)
+        except Exception as exc:
+            return None, _describe(exc)
+        try:
+            found = reader.read(0)  # 0 ms: what is pending now, never a wait
+        except Exception as exc:
+            if getattr(exc, "err_code", None) == _NO_DATA:
+                return [], None
+            return None, _describe(exc)
+        finally:
+            with contextlib.suppress(Exception):
+                reader.stop()
+        return [str(e.get("event")) for e in found or [] if isinstance(e, dict)], None
 
     def _numa_node(self, index: int, handle: Any) -> int | None:
         if index not in self._numa:
@@ -350,6 +470,14 @@ class AmdSmiDriver:
 
     def close(self) -> None:
         _shut_down(self._lib)
+
+
+def _page_status(page: Any) -> int | None:
+    status = page.get("status") if isinstance(page, dict) else None
+    try:
+        return int(status) if status is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _pci_device_id(asic: dict[str, Any]) -> str | None:

@@ -28,12 +28,21 @@ _XID = re.compile(
     r"(?: [^)]*)?\): (?P<xid>\d+)\b"
 )
 
+# amdgpu's dev_err lines: "amdgpu 0000:0c:00.0: amdgpu: GPU reset begin!", "... ring gfx_0.0.0
+# timeout, signaled seq=..." (drivers/gpu/drm/amd/amdgpu: amdgpu_device.c, amdgpu_job.c).
+_AMDGPU = re.compile(r"amdgpu (?P<bus>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d):")
+_AMD_EVENTS = (
+    (re.compile(r"\bring \S+ timeout"), "RING_HANG"),
+    (re.compile(r"GPU reset begin"), "GPU_PRE_RESET"),
+)
+
 Record = tuple[float | None, str]  # (seconds since the epoch, or None; the message)
 
 
 def read_kernel_log(device: str = DEVICE, budget_s: float = BUDGET_S) -> list[Record] | None:
-    """The NVRM lines of the kernel log; None when the log cannot be read (no permission,
-    no such device). Stops at the end of the buffer, at MAX_RECORDS or after budget_s."""
+    """The NVRM (NVIDIA) and amdgpu lines of the kernel log; None when the log cannot be
+    read (no permission, no such device). Stops at the end of the buffer, at MAX_RECORDS or
+    after budget_s."""
     try:
         fd = os.open(device, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
@@ -56,7 +65,7 @@ def read_kernel_log(device: str = DEVICE, budget_s: float = BUDGET_S) -> list[Re
             if not raw:
                 break
             record = _parse_record(raw.decode("utf-8", "replace"), boot)
-            if record is not None and "NVRM" in record[1]:
+            if record is not None and ("NVRM" in record[1] or "amdgpu" in record[1]):
                 out.append(record)
     finally:
         os.close(fd)
@@ -112,3 +121,22 @@ def _short(bus: str) -> str:
     head = bus.lower().rsplit(".", 1)[0] if bus.count(":") == 2 and "." in bus else bus.lower()
     domain, rest = head.split(":", 1)
     return f"{int(domain, 16):04x}:{rest}"
+
+
+def amd_events(records: Iterable[Record], bus_ids: list[str | None]) -> dict[int, list[str]]:
+    """{GPU position: ["RING_HANG", "GPU_PRE_RESET", ...]} from amdgpu's kernel log lines.
+    Logical GPUs (partitions) of one card share its physical function's lines."""
+    by_card: dict[str, list[int]] = {}
+    for position, bus in enumerate(bus_ids):
+        if bus:
+            by_card.setdefault(_short(bus), []).append(position)
+    out: dict[int, list[str]] = {}
+    for _, text in records:
+        match = _AMDGPU.search(text)
+        if match is None:
+            continue
+        for pattern, event in _AMD_EVENTS:
+            if pattern.search(text):
+                for position in by_card.get(_short(match.group("bus")), []):
+                    out.setdefault(position, []).append(event)
+    return out
