@@ -142,6 +142,7 @@ class SshdFleet:
     authorized_keys: Path
     known_hosts: Path
     ssh_config: Path
+    options: dict[str, str] = field(default_factory=dict)  # extra sshd options of every host
 
     def __enter__(self) -> SshdFleet:
         return self
@@ -168,6 +169,29 @@ class SshdFleet:
     def stop(self) -> None:
         for host in self.hosts:
             _stop(host)
+
+    def stop_host(self, name: str) -> None:
+        """Stop one host's sshd: new connections are refused (a node that went away);
+        sessions' detached children (jobs) go on."""
+        _stop(self.host(name))
+
+    def start_host(self, name: str) -> None:
+        """Start a stopped host's sshd again, on the same address, port and host key."""
+        host = self.host(name)
+        if host.process is not None and host.process.poll() is None:
+            return
+        mark = host.mark()
+        _launch(host, _sshd_argv(host, self.authorized_keys, self.options))
+        needle = f"Server listening on {host.address} port {host.port}"
+        deadline = time.monotonic() + READY_TIMEOUT
+        while needle not in host._since(mark):
+            if (
+                host.process is None
+                or host.process.poll() is not None
+                or (time.monotonic() > deadline)
+            ):
+                raise RuntimeError(f"sshd for {host.name} did not start again:\n{host.log_text()}")
+            time.sleep(0.01)
 
 
 def _stop(host: SshdHost) -> None:
@@ -286,8 +310,9 @@ def start_fleet(
         authorized_keys,
         base / "known_hosts",
         base / "ssh_config",
+        dict(extra_options or {}),
     )
-    options = dict(extra_options or {})
+    options = fleet.options
     try:
         pending = list(hosts)
         for _attempt in range(5):

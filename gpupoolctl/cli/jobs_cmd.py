@@ -690,6 +690,14 @@ def _event_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 f": {event['error']}" if event.get("error") else ""
             )
             event = {**event, "job": ",".join(event.get("jobs") or [])}
+        elif event.get("event") == "node-lost":
+            detail = f"{event['host']}: no answer since {event['since']}; jobs ended or requeued"
+            event = {**event, "job": ",".join(event.get("jobs") or [])}
+        elif event.get("event") == "node-returned":
+            lifted = "its drain lifted" if event.get("undrained") else "still drained"
+            detail = f"{event['host']} answers again, stale runs killed; {lifted}"
+        elif event.get("event") == "stale-run-killed":
+            detail = f"{event['host']}: run {event['run']} of a job that moved on, killed"
         rows.append({**event, "victims": event.get("victims"), "detail": detail})
     return rows
 

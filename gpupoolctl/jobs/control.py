@@ -311,7 +311,10 @@ def refresh(jobs: JobsCore) -> Outcome:
     then one schedule pass. Returns the pass's outcome (its events)."""
     reaping.recover(jobs)
     reaping.reap(jobs)
-    return scheduling.schedule(jobs)
+    outcome = scheduling.schedule(jobs)
+    outcome.events[:0] = jobs.node_events  # a node lost before what was placed for its jobs
+    jobs.node_events = []
+    return outcome
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 reap: one fan-out polls every running job's node(s); an ended job gets its final record
 and its slices released in one transaction (a preempted one is requeued when it asked).
+The same poll is the hosts' heartbeat: jobs.lost declares hosts silent too long lost.
 recover: a pending job whose submitter is gone is settled by a *fencing* poll: a job id the
 node never saw is claimed there, so a launch still in flight can no longer start it. `cancel`
 settles a pending job the same way; a job it marked that had not started on all its nodes
@@ -14,6 +15,7 @@ import time
 from typing import Any
 
 from gpupoolctl.jobs import restarts
+from gpupoolctl.jobs import lost
 from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.jobs.service import KILL_WAIT_S, JobsCore, age_s, node_id
 from gpupoolctl.jobs.spec import duration_text
@@ -53,9 +55,16 @@ def reap(jobs: JobsCore, only: set[str] | None = None) -> list[dict[str, Any]]:
         for j in state.jobs.values()
         if j.get("state") == "running" and (only is None or j["id"] in only)
     ]
-    if not running:
+    # The full pass is also the hosts' heartbeat: fenced runs and lost hosts are asked too.
+    extra = lost.wanted(state) if only is None else {}
+    if not running and not extra:
         return []
-    answers = jobs.nodes.poll(_wanted(running))
+    wanted = _wanted(running)
+    for host, node_ids in extra.items():
+        wanted.setdefault(host, []).extend(node_ids)
+    answers = jobs.nodes.poll(wanted)
+    if only is None:
+        jobs.node_events.extend(lost.observe(jobs, answers))
     ended: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     overdue: list[dict[str, Any]] = []
     for job in running:

@@ -80,6 +80,12 @@ class JobsCore:
         self.policy = policy  # the pool policy file; None: a static pool
         self.in_hosts = in_hosts  # resolves a policy rule's host pattern (the inventory's)
         self.warnings: list[str] = []
+        # What the reaper's heartbeat saw happen to hosts (node-lost, node-returned, ...).
+        self.node_events: list[dict[str, Any]] = []
+        # Host -> when its last poll answered (ledger time), in this process: a long-running
+        # `schedule --watch` counts a silence from there, as Slurm counts from the last
+        # response; a one-shot pass knows only its own poll.
+        self.last_heard: dict[str, str] = {}
         self.hosts_failed = False
         self._unrecorded: list[dict[str, Any]] = []  # slices read for a dry run only
 

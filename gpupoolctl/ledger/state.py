@@ -22,7 +22,16 @@ OPS = (
     "repair",
     "reshape",
     "drain",
+    "host",
+    "fence",
 )
+# A host with running jobs that stops answering is `silent` (since when), `answering` again,
+# or `lost` after the health policy's node-dead-after; a lost host that answers again has
+# `returned`. Only transitions are recorded, not every poll.
+HOST_STATES = ("silent", "answering", "lost", "returned")
+# A run left on a lost host (its job ended or restarted elsewhere) is `fenced` until the host
+# answers again and the run is killed there, then `cleared`: nothing runs twice.
+FENCE_STATES = ("fenced", "cleared")
 # A reshape (an elastic re-cut of one card) is `reserved` before the card is touched (no
 # placement may use its slices meanwhile), then `done` or `failed`.
 RESHAPE_STATES = ("reserved", "done", "failed")
@@ -77,6 +86,12 @@ class State:
     # Drained hosts and cards ("host" or "host/gpuN") -> {reason, source, actor, ts}: no new
     # work is placed there (what runs there goes on).
     drains: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Hosts with running jobs that did not answer -> since when (the first poll that failed).
+    silent: dict[str, str] = field(default_factory=dict)
+    # Hosts declared lost -> {host, since, ts}: their jobs were ended or requeued.
+    lost: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Runs to kill when their host answers again, by fence_key(host, node_id).
+    fences: dict[str, dict[str, Any]] = field(default_factory=dict)
     # recutting_slices() as of (seq, slice map): reports ask it once per slice.
     _recutting: tuple[tuple[int, int], dict[str, str]] | None = field(
         default=None, repr=False, compare=False
@@ -251,6 +266,36 @@ class State:
         else:
             self._problem(record["seq"], f"drain of {target}: unknown state {status!r}")
 
+    def _host(self, record: dict[str, Any]) -> None:
+        data = record["data"]
+        host, status = str(data["host"]), str(data["state"])
+        if status == "silent":
+            self.silent[host] = str(data.get("since") or record["ts"])
+        elif status == "answering":
+            self.silent.pop(host, None)
+        elif status == "lost":
+            self.silent.pop(host, None)
+            since = str(data.get("since") or record["ts"])
+            self.lost[host] = {"host": host, "since": since, "ts": record["ts"]}
+        elif status == "returned":
+            if self.lost.pop(host, None) is None:
+                self._problem(record["seq"], f"{host} returned, but it was not lost")
+            self.silent.pop(host, None)
+        else:
+            self._problem(record["seq"], f"host {host}: unknown state {status!r}")
+
+    def _fence(self, record: dict[str, Any]) -> None:
+        data = record["data"]
+        host, node, status = str(data["host"]), str(data["node_id"]), str(data["state"])
+        key = fence_key(host, node)
+        if status == "fenced":
+            self.fences[key] = {"host": host, "node_id": node, "job": data.get("job")}
+        elif status == "cleared":
+            if self.fences.pop(key, None) is None:
+                self._problem(record["seq"], f"fence of {key} cleared, but it was not fenced")
+        else:
+            self._problem(record["seq"], f"fence of {key}: unknown state {status!r}")
+
     def drained(self, entry: dict[str, Any] | None) -> dict[str, Any] | None:
         """The drain that covers a slice (its card's, else its host's), or None."""
         if not self.drains or not entry:
@@ -412,6 +457,9 @@ class State:
             "card_failed": dict(self.card_failed),
             "reshape_totals": dict(self.reshape_totals),
             "drains": list(self.drains.values()),
+            "silent": dict(self.silent),
+            "lost": list(self.lost.values()),
+            "fences": list(self.fences.values()),
         }
 
     @classmethod
@@ -432,6 +480,12 @@ class State:
         state.card_failed = dict(raw.get("card_failed", {}))
         state.reshape_totals = dict(raw.get("reshape_totals", {}))
         state.drains = {d["target"]: dict(d) for d in raw.get("drains", [])}
+        # Written by versions that notice lost nodes; older snapshots have none.
+        state.silent = dict(raw.get("silent", {}))
+        state.lost = {entry["host"]: dict(entry) for entry in raw.get("lost", [])}
+        state.fences = {
+            fence_key(f["host"], f["node_id"]): dict(f) for f in raw.get("fences", [])
+        }
         # Recently finished jobs kept by compaction (not part of equality, like `finished`).
         state.finished = {j["id"]: dict(j) for j in raw.get("finished", [])}
         return state
@@ -453,7 +507,14 @@ _HANDLERS = {
     "repair": State._repair,
     "reshape": State._reshape,
     "drain": State._drain,
+    "host": State._host,
+    "fence": State._fence,
 }
+
+
+def fence_key(host: str, node_id: str) -> str:
+    """A run's key among the fences: its host and its folder there (one per run)."""
+    return f"{host}:{node_id}"
 
 
 def card_key(entry: dict[str, Any] | None) -> str | None:

@@ -1,0 +1,217 @@
+"""Node loss: hosts that stop answering, their jobs, and the runs they leave behind.
+
+The reaper's poll is the heartbeat: a host with running jobs whose poll is unreachable or
+times out is recorded `silent` (since its last answer this process saw, else since this
+poll); one that answers again, `answering`. A host
+silent for the health policy's node-dead-after is declared `lost`, in one transaction:
+the host is drained (source `health`, so only this loop lifts it), each of its jobs is
+ended as failed "node lost" or requeued when it may restart (jobs.restarts), and only then
+are its slices released. Every run such a job had (on the lost host, and on the other hosts
+of a multi-node job) is *fenced*: polled on every pass until its host answers, then killed
+there and cleared. A run is never recorded as finished after its job moved on (the reaper
+looks only at a job's current run), so nothing runs twice and no output is taken from a
+stale run. A lost host that answers with no fence left has `returned`; with
+return-to-service auto its automatic drain is lifted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from gpupoolctl.jobs import restarts
+from gpupoolctl.jobs.nodes import Call
+from gpupoolctl.jobs.service import KILL_WAIT_S, JobsCore
+from gpupoolctl.ledger import State, Transaction
+from gpupoolctl.ledger.state import fence_key
+from gpupoolctl.ledger.units import parse_ts
+from gpupoolctl.policy.model import HealthPolicy
+from gpupoolctl.remote.results import TIMED_OUT, UNREACHABLE
+
+# Outcomes that say nothing reached the node. A host that answered with an error (a broken
+# agent, a full disk) is alive: its jobs are not lost, the error is reported instead.
+SILENT_OUTCOMES = frozenset({UNREACHABLE, TIMED_OUT})
+LOST_REASON = "node lost"  # the automatic drain's reason starts so; only those are lifted
+
+
+@dataclass(frozen=True)
+class Heard:
+    """Who answered this pass's poll, who did not, and what the answering ones said."""
+
+    answered: dict[str, dict[str, Any]]  # host -> {node id: status}
+    silent: dict[str, str]  # host -> why (the transport's outcome and error)
+
+
+def heard(answers: dict[str, Any]) -> Heard:
+    """Split a poll's answers (Nodes.poll) into answering and silent hosts."""
+    answered: dict[str, dict[str, Any]] = {}
+    silent: dict[str, str] = {}
+    for host, answer in answers.items():
+        if isinstance(answer, dict):
+            answered[host] = answer
+        elif getattr(answer, "outcome", None) in SILENT_OUTCOMES:
+            silent[host] = f"{answer.outcome}: {answer.error}"
+    return Heard(answered, silent)
+
+
+def wanted(state: State) -> dict[str, list[str]]:
+    """What the poll must also ask besides running jobs: the fenced runs, by host, and every
+    lost host (an empty poll: does it answer again?)."""
+    out: dict[str, list[str]] = {host: [] for host in state.lost}
+    for fence in state.fences.values():
+        out.setdefault(fence["host"], []).append(fence["node_id"])
+    return out
+
+
+def health_of(jobs: JobsCore) -> HealthPolicy:
+    return jobs.policy.health if jobs.policy is not None else HealthPolicy()
+
+
+def observe(jobs: JobsCore, answers: dict[str, Any]) -> list[dict[str, Any]]:
+    """Record what this pass's poll says about hosts; declare the ones silent too long lost;
+    kill fenced runs on hosts that answer; return lost hosts that answer with nothing
+    fenced. Returns events for the CLI (lost, returned, stale runs killed)."""
+    found = heard(answers)
+    health = health_of(jobs)
+    done = jobs.ledger.write(lambda tx: _record(jobs, tx, found, health))
+    jobs.warnings.extend(done.warnings)
+    events: list[dict[str, Any]] = list(done.value)
+    events.extend(_kill_fenced(jobs, found))
+    back = jobs.ledger.write(lambda tx: _returned(tx, found, health))
+    jobs.warnings.extend(back.warnings)
+    events.extend(back.value)
+    return events
+
+
+def _record(
+    jobs: JobsCore, tx: Transaction, found: Heard, health: HealthPolicy
+) -> list[dict[str, Any]]:
+    state = tx.state
+    now = parse_ts(tx.now)
+    events: list[dict[str, Any]] = []
+    for host in sorted(found.answered):
+        jobs.last_heard[host] = tx.now
+        if host in state.silent:
+            tx.append("host", {"host": host, "state": "answering"})
+    for host, why in sorted(found.silent.items()):
+        if host in state.lost:
+            continue
+        since = state.silent.get(host)
+        if since is None:
+            since = jobs.last_heard.get(host, tx.now)
+            tx.append("host", {"host": host, "state": "silent", "since": since, "why": why})
+        silent_s = (now - parse_ts(since)).total_seconds()
+        if silent_s >= health.node_dead_after_s:
+            events.append(_declare_lost(jobs, tx, host, since, silent_s, why))
+    return events
+
+
+def _declare_lost(
+    jobs: JobsCore, tx: Transaction, host: str, since: str, silent_s: float, why: str
+) -> dict[str, Any]:
+    from gpupoolctl.policy.values import duration_text
+
+    tx.append("host", {"host": host, "state": "lost", "since": since, "why": why})
+    reason = f"{LOST_REASON}: no answer since {since} ({why})"
+    drain = tx.state.drains.get(host)
+    if drain is None or drain.get("source") == "health":  # an admin's drain is left as it is
+        tx.append(
+            "drain",
+            {"target": host, "state": "drained", "reason": reason[:200], "source": "health"},
+        )
+    detail = f"{host} did not answer for {duration_text(round(silent_s))}"
+    ended = []
+    for job in list(tx.state.jobs.values()):
+        if job.get("state") != "running":
+            continue
+        nodes = job.get("nodes") or []
+        if not any(n["host"] == host for n in nodes):
+            continue
+        for node in nodes:  # the other hosts' runs too: the job goes on as a whole or not
+            tx.append(
+                "fence",
+                {
+                    "host": node["host"],
+                    "node_id": node["node_id"],
+                    "job": job["id"],
+                    "state": "fenced",
+                },
+            )
+        tx.release(job["alloc"])
+        _end(jobs, tx, job, detail)
+        ended.append(job["id"])
+    return {"event": "node-lost", "host": host, "since": since, "jobs": ended}
+
+
+def _kill_fenced(jobs: JobsCore, found: Heard) -> list[dict[str, Any]]:
+    """SIGKILL fenced runs still running on hosts that answered, then clear the fences of
+    the runs that are gone there."""
+    state = jobs.read().state
+    fences = [f for f in state.fences.values() if f["host"] in found.answered]
+    if not fences:
+        return []
+    running = [
+        f
+        for f in fences
+        if (found.answered[f["host"]].get(f["node_id"]) or {}).get("state") == "running"
+    ]
+    calls = [
+        Call(f["host"], "signal", {"job_id": f["node_id"], "signal": "KILL", "wait_s": KILL_WAIT_S})
+        for f in running
+    ]
+    gone = {fence_key(f["host"], f["node_id"]) for f in fences if f not in running}
+    killed = []
+    for fence, result in zip(running, jobs.nodes.call(calls), strict=True):
+        if result.ok and (result.data or {}).get("state") != "running":
+            gone.add(fence_key(fence["host"], fence["node_id"]))
+            killed.append(fence)
+        elif not result.ok:
+            jobs.host_failed(fence["host"], f"{result.outcome}: {result.error}")
+
+    def clear(tx: Transaction) -> None:
+        for key in sorted(gone):
+            fence = tx.state.fences.get(key)
+            if fence is not None:
+                tx.append("fence", {**fence, "state": "cleared"})
+
+    done = jobs.ledger.write(clear)
+    jobs.warnings.extend(done.warnings)
+    return [
+        {"event": "stale-run-killed", "job": f["job"], "host": f["host"], "run": f["node_id"]}
+        for f in killed
+    ]
+
+
+def _returned(tx: Transaction, found: Heard, health: HealthPolicy) -> list[dict[str, Any]]:
+    state = tx.state
+    fenced_hosts = {f["host"] for f in state.fences.values()}
+    events = []
+    for host in sorted(set(state.lost) & set(found.answered) - fenced_hosts):
+        tx.append("host", {"host": host, "state": "returned"})
+        drain = state.drains.get(host)
+        lifted = (
+            health.return_to_service == "auto"
+            and drain is not None
+            and drain.get("source") == "health"
+            and str(drain.get("reason", "")).startswith(LOST_REASON)
+        )
+        if lifted:
+            tx.append("drain", {"target": host, "state": "undrained"})
+        events.append({"event": "node-returned", "host": host, "undrained": lifted})
+    return events
+
+
+def _end(jobs: JobsCore, tx: Transaction, job: dict[str, Any], detail: str) -> None:
+    """Requeue the job when it may restart (jobs.restarts), else record it failed."""
+    final = {"id": job["id"], "exit_code": None, "ended": jobs.clock(), "signal": None}
+    restart = restarts.after_failure(job, "node-lost", detail)
+    if restart is not None:
+        # No back-off: the node failed, not the job; back-off is for a job's crash loop.
+        restarts.requeue(jobs, tx, job, final, dataclasses.replace(restart, backoff_s=0.0))
+        return
+    reason = restarts.end_reason(job, "node-lost", detail)
+    error = f"{LOST_REASON}: {detail}"
+    tx.append(
+        "job", {**final, "state": "failed", "error": error, "reason": reason, "submitter": None}
+    )
