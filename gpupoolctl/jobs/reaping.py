@@ -14,8 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gpupoolctl.jobs import restarts
-from gpupoolctl.jobs import lost
+from gpupoolctl.jobs import lost, restarts
 from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.jobs.service import KILL_WAIT_S, JobsCore, age_s, node_id
 from gpupoolctl.jobs.spec import duration_text
