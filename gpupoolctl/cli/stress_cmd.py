@@ -40,12 +40,12 @@ app = typer.Typer(
 _TEXT_COLUMNS = ("dominant", "thresholds")
 
 
-def _level_columns() -> tuple[Column, ...]:
-    from gpupoolctl.stress.report_text import LEVEL_COLUMNS
+def _level_columns(result: RunResult) -> tuple[Column, ...]:
+    from gpupoolctl.stress.report_text import level_columns
 
     return tuple(
         Column(key, header.upper(), "left" if key in _TEXT_COLUMNS else "right")
-        for key, header in LEVEL_COLUMNS.items()
+        for key, header in level_columns(result).items()
     )
 
 
@@ -152,11 +152,16 @@ def _progress(settings: Settings, levels: int) -> Iterator[Callable[[Event], Non
                 f"level {level.level:g}: measured nothing (no job submitted in the steady "
                 "window ended)"
             )
-        return (
+        text = (
             f"level {level.level:g}: {format_rate(level.throughput)} jobs/s, "
             f"queue wait p95 {format_duration(level.queue_wait.p95)}, "
             f"launch p95 {format_duration(level.launch.p95)}, {level.failed} failed"
         )
+        if level.restarts or level.recovered:
+            text += f", {level.restarts} restarts ({level.recovered} jobs recovered)"
+        if level.lost_nodes:
+            text += f", {level.lost_nodes} node(s) lost"
+        return text
 
     if settings.quiet:
         yield lambda event: None
@@ -201,7 +206,7 @@ def _show(settings: Settings, result: RunResult, *, plot: bool, baseline: Any = 
         settings,
         data=results.to_dict(result),
         rows=csv_rows if as_csv else report_text.level_rows(result),
-        columns=_level_columns(),
+        columns=_level_columns(result),
         csv_columns=tuple(Column(k, k) for k in (list(csv_rows[0]) if csv_rows else ["level"])),
         title=f"stress: {result.scenario.get('name') or 'ramp'} ({result.backend})",
     )
@@ -277,6 +282,17 @@ def ramp(
     ] = None,
     gpus: Annotated[
         int | None, typer.Option("--gpus", "-g", min=1, help="Each job asks for N slices.")
+    ] = None,
+    max_restarts: Annotated[
+        int | None,
+        typer.Option(
+            "--max-restarts",
+            min=0,
+            max=100,
+            help="Each job runs again up to N times after a failure exit or a lost node (as "
+            "submit --max-restarts; after a back-off); the table then shows restarts, "
+            "recovered jobs and lost nodes per level.",
+        ),
     ] = None,
     threshold: Annotated[
         list[str] | None,
@@ -359,6 +375,7 @@ def ramp(
             "profile": profile,
             "mem": mem,
             "gpus": gpus,
+            "max_restarts": max_restarts,
             "thresholds": threshold,
             "seed": seed,
             "name": name,

@@ -42,6 +42,7 @@ def job_spec(work: Work, policy: str) -> JobSpec:
         request=JobRequest(**shape.job_fields()),
         name=work.name,
         policy=policy,
+        max_restarts=int(getattr(shape, "max_restarts", 0) or 0),
     )
 
 
@@ -55,6 +56,7 @@ class Finished:
     # model.PHASES the backend measured over the job's life ("queue": waiting for a slice,
     # "launch": starting it); they replace what the runner would infer, and the ticket's.
     phases: dict[str, float] = field(default_factory=dict)
+    restarts: int = 0  # times the job was run again (after a failure exit or a lost node)
 
 
 @dataclass
@@ -89,6 +91,12 @@ class Backend(Protocol):
         """Stop background work and cancel whatever is still running."""
         ...
 
+    def events_between(self, start: float, end: float) -> list[dict[str, Any]]:
+        """What the backend saw happen to nodes in [start, end) (time.time() seconds, or the
+        ramp's clock): {"event": "node-lost", "host": ..., "seen": t, ...}, oldest first.
+        Optional: the runner treats a backend without it as one that saw nothing."""
+        ...
+
 
 class NoopBackend:
     """Accepts every job and ends it at once: the harness with nothing under it."""
@@ -116,3 +124,6 @@ class NoopBackend:
 
     def close(self) -> None:
         return None
+
+    def events_between(self, start: float, end: float) -> list[dict[str, Any]]:
+        return []

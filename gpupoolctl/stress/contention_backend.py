@@ -116,6 +116,9 @@ class ContentionBackend:
     def warnings(self) -> list[str]:
         return []
 
+    def events_between(self, start: float, end: float) -> list[dict[str, object]]:
+        return []  # a model: no nodes to lose
+
     def close(self) -> None:
         for job in self._jobs.values():
             job.cancel.set()

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from gpupoolctl.stress.histogram import distribution
 from gpupoolctl.stress.model import (
@@ -87,12 +88,16 @@ def summarize_level(
     dropped: int = 0,
     thresholds: Sequence[ThresholdCheck] = (),
     evaluate: ThresholdEvaluator | None = None,
+    node_events: Iterable[Mapping[str, Any]] = (),
 ) -> LevelResult:
     """One level's LevelResult from its samples.
 
     `window` is the steady window [start, end) in time.time() seconds. `thresholds` are
     checks already evaluated; `evaluate`, when given, is called with the finished result
-    and its checks are added after them.
+    and its checks are added after them. `node_events` are what the backend saw happen to
+    nodes during the whole level (Backend.events_between over warm-up, hold and drain):
+    each "node-lost" one counts in lost_nodes. Restarts and recovered jobs count over the
+    samples submitted in the steady window, as completed and failed do.
     """
     start, end = window
     if end < start:
@@ -103,6 +108,7 @@ def summarize_level(
     completed = sum(1 for s in inside if s.ok)
     failed = sum(1 for s in inside if _has_failed(s))
     credited = sum(_share_inside(s, start, end) for s in samples if s.ok)
+    lost_nodes = sum(1 for e in node_events if e.get("event") == "node-lost")
 
     waits = [w for w in (s.queue_wait for s in inside) if w is not None]
     launches = [t for t in (s.launch for s in inside) if t is not None]
@@ -132,6 +138,9 @@ def summarize_level(
         errors=_top_errors(inside),
         thresholds=list(thresholds),
         launch=distribution(launches),
+        restarts=sum(s.restarts for s in inside),
+        recovered=sum(1 for s in inside if s.recovered),
+        lost_nodes=lost_nodes,
     )
     if evaluate is not None:
         result.thresholds.extend(evaluate(result))
@@ -149,7 +158,7 @@ def _share_inside(sample: Sample, start: float, end: float) -> float:
     return max(0.0, overlap) / life
 
 
-_COUNTS = ("submitted", "completed", "failed", "dropped")
+_COUNTS = ("submitted", "completed", "failed", "dropped", "restarts", "recovered", "lost_nodes")
 
 
 def metric_value(level: LevelResult, name: str) -> float | None:

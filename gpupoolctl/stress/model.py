@@ -42,6 +42,12 @@ class Sample:
     job_id: str | None = None
     phases: dict[str, float] = field(default_factory=dict)  # PHASES -> seconds
     harness_s: float = 0.0  # the harness's own bookkeeping for this sample
+    restarts: int = 0  # times the job was run again (failure exit, lost node) before it ended
+
+    @property
+    def recovered(self) -> bool:
+        """Ended ok after at least one restart: a failure the system recovered from."""
+        return self.ok and self.restarts > 0
 
     @property
     def queue_wait(self) -> float | None:
@@ -131,6 +137,12 @@ class LevelResult:
     errors: dict[str, int] = field(default_factory=dict)  # most frequent errors -> count
     thresholds: list[ThresholdCheck] = field(default_factory=list)
     launch: Distribution = field(default_factory=Distribution.empty)  # starting each job
+    # Failures and recovery, over the same samples as the counts: restarts used in all, and
+    # jobs that ended ok after >= 1 restart. lost_nodes: node-lost events the backend saw
+    # during the whole level (warm-up to the end of its drain), not only its steady window.
+    restarts: int = 0
+    recovered: int = 0
+    lost_nodes: int = 0
 
     @property
     def thresholds_ok(self) -> bool:
@@ -202,6 +214,9 @@ METRICS: tuple[str, ...] = (
     "completed",
     "failed",
     "dropped",
+    "restarts",
+    "recovered",
+    "lost_nodes",
     "harness",
     *(f"{d}.{s}" for d in ("queue_wait", "launch", "turnaround") for s in Distribution.STATS),
     *(f"phase.{p}" for p in PHASES),

@@ -13,6 +13,11 @@ recorded its placement (its slice granted), when the agent call that launched it
 all on this workstation's clock. Queue wait is placement less queued: the wait for a slice,
 launch excluded; launch is its own phase.
 
+What the reaper's heartbeat sees happen to hosts (a node declared lost, one that returned)
+is kept with the time this backend saw it, so that the ramp counts lost nodes per level
+(events_between). The passes that see it are the reaper's and each submit's (a submit reaps
+first, as `gpupoolctl submit` does).
+
 A job that failed with nothing but an exit code gets the last line its command wrote to
 stderr as its reason (the workload's own words: "matmul: neither PyTorch nor CuPy can be
 imported ..."), read from its node once it ended, outside the measured times.
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
 _LEDGER_CALLS = {"read", "write", "refresh_slices"}
 STDERR_TAIL_BYTES = 4096  # enough for a workload's last line, little to ask a node for
 _STAMPED_STATES = {"queued": "queued", "pending": "placed"}  # job record state -> stamp
+NODE_EVENTS = ("node-lost", "node-returned")  # pass events kept for events_between
 
 
 class Timeline:
@@ -218,6 +224,7 @@ class PoolBackend:
         self._reaper_failure: str | None = None
         self.timeline = Timeline()
         self._stderr_warned = False
+        self._node_events: list[dict[str, Any]] = []  # NODE_EVENTS, each with "seen"
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -253,10 +260,15 @@ class PoolBackend:
                 self._idle.append(pair)
 
     def _collect(self, jobs: Jobs) -> None:
-        """Move a Jobs' warnings into the run's (a Jobs lives for many submits)."""
+        """Move a Jobs' warnings into the run's (a Jobs lives for many submits), and the
+        node events its passes saw that no refresh outcome handed over (a submit's reap)."""
         for message in jobs.warnings:
             self._warn(message)
         jobs.warnings.clear()
+        pending = getattr(jobs, "node_events", None)
+        if pending:
+            self._saw(pending)
+            jobs.node_events = []
         if jobs.hosts_failed:
             self.hosts_failed = True
         jobs.hosts_failed = False
@@ -269,6 +281,23 @@ class PoolBackend:
         with self._lock:
             if message not in self._warnings:
                 self._warnings.append(message)
+
+    def _saw(self, events: Iterable[Any]) -> None:
+        """Keep a pass's node events, stamped with when this backend saw them."""
+        now = time.time()
+        kept = [
+            {**event, "seen": now}
+            for event in events
+            if isinstance(event, dict) and event.get("event") in NODE_EVENTS
+        ]
+        if kept:
+            with self._lock:
+                self._node_events.extend(kept)
+
+    def events_between(self, start: float, end: float) -> list[dict[str, Any]]:
+        """The node events (NODE_EVENTS) seen in [start, end), oldest first."""
+        with self._lock:
+            return [dict(e) for e in self._node_events if start <= e["seen"] < end]
 
     def prepare(self) -> None:
         """Read slices from the nodes once, before any clock runs (as `submit` would on
@@ -444,7 +473,8 @@ class PoolBackend:
             if not pending:
                 continue
             try:
-                control.refresh(jobs)
+                outcome = control.refresh(jobs)
+                self._saw(getattr(outcome, "events", None) or ())
                 state = jobs.read().state
             except GpupoolError as exc:
                 self._warn(str(exc))
@@ -493,7 +523,17 @@ def finished_from(record: dict[str, Any], now: float) -> Finished:
                 error = f"killed by signal {signal}"
             else:
                 error = f"job {state}"
-    return Finished(ok=state == "done", started=started, ended=now, error=error, run_s=run_s)
+    restarts = record.get("restarts")
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+        restarts = 0
+    return Finished(
+        ok=state == "done",
+        started=started,
+        ended=now,
+        error=error,
+        run_s=run_s,
+        restarts=restarts,
+    )
 
 
 def unexplained(record: dict[str, Any]) -> bool:

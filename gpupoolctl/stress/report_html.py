@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.stress.model import PHASES, Knees, LevelResult, RunResult
 from gpupoolctl.stress.report_text import (
-    LEVEL_COLUMNS,
     MISSING,
     NOT_MEASURED,
     format_level,
     knee_lines,
+    level_columns,
     level_rows,
 )
 
@@ -347,11 +347,12 @@ def _baseline_meta(baseline: RunResult) -> str:
 
 
 def _table(result: RunResult) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in LEVEL_COLUMNS.values())
+    columns = level_columns(result)
+    head = "".join(f"<th>{_e(h)}</th>" for h in columns.values())
     body = []
     for row in level_rows(result):
         cells = []
-        for key in LEVEL_COLUMNS:
+        for key in columns:
             value = row[key]
             css = ["text"] if key in ("dominant", "thresholds") else []
             if key == "thresholds" and value not in ("ok", MISSING, NOT_MEASURED):

@@ -32,6 +32,33 @@ LEVEL_COLUMNS: dict[str, str] = {
     "thresholds": "thresholds",
 }
 
+# Failures and recovery: shown after "failed %" only when some level has a non-zero value,
+# so that a ramp without restarts or lost nodes reads as it always did.
+RECOVERY_COLUMNS: dict[str, str] = {
+    "restarts": "restarts",
+    "recovered": "recovered",
+    "lost_nodes": "lost nodes",
+}
+
+
+def shows_recovery(result: RunResult) -> bool:
+    """Whether any level restarted a job, recovered one or lost a node."""
+    return any(lv.restarts or lv.recovered or lv.lost_nodes for lv in result.levels)
+
+
+def level_columns(result: RunResult) -> dict[str, str]:
+    """The table's columns for this run: LEVEL_COLUMNS, with RECOVERY_COLUMNS after
+    "failed %" when shows_recovery."""
+    if not shows_recovery(result):
+        return dict(LEVEL_COLUMNS)
+    columns: dict[str, str] = {}
+    for key, header in LEVEL_COLUMNS.items():
+        columns[key] = header
+        if key == "failure":
+            columns.update(RECOVERY_COLUMNS)
+    return columns
+
+
 # The smallest plot that still shows two stacked curves with readable ticks.
 MIN_PLOT_WIDTH = 40
 MIN_PLOT_HEIGHT = 16
@@ -186,12 +213,18 @@ def _thresholds_text(level: LevelResult) -> str:
 
 
 def level_rows(result: RunResult) -> list[dict[str, Any]]:
-    """One row per level for a table people read: keys as LEVEL_COLUMNS, counts as ints,
-    everything else as text ('41.2', '1.5%', '12 ms', 'run 81%', 'ok')."""
+    """One row per level for a table people read: keys as level_columns(result), counts as
+    ints, everything else as text ('41.2', '1.5%', '12 ms', 'run 81%', 'ok')."""
+    keys = level_columns(result)
     rows = []
     for level in result.levels:
         phase = dominant_phase(level)
-        rows.append(
+        row = {
+            "restarts": level.restarts,
+            "recovered": level.recovered,
+            "lost_nodes": level.lost_nodes,
+        }
+        row.update(
             {
                 "level": format_level(level.level),
                 "submitted": level.submitted,
@@ -209,6 +242,7 @@ def level_rows(result: RunResult) -> list[dict[str, Any]]:
                 "thresholds": _thresholds_text(level),
             }
         )
+        rows.append({key: row[key] for key in keys})
     return rows
 
 
@@ -226,6 +260,9 @@ def level_records(result: RunResult) -> list[dict[str, Any]]:
                 "failed": level.failed,
                 "throughput": level.throughput if level.measured else None,
                 "failure_rate": level.measured_failure_rate,
+                "restarts": level.restarts,
+                "recovered": level.recovered,
+                "lost_nodes": level.lost_nodes,
                 "queue_p50": level.queue_wait.p50,
                 "queue_p95": level.queue_wait.p95,
                 "queue_p99": level.queue_wait.p99,

@@ -227,7 +227,12 @@ def _level(r: _Reader, d: dict[str, Any], where: str) -> LevelResult:
         launch=_distribution(r, r.mapping(d, "launch", where), f"{where}.launch")
         if "launch" in d
         else Distribution.empty(),
+        # Results saved before restarts and lost nodes were counted have none: 0, as then.
+        **{key: r.integer(d, key, where) for key in _RECOVERY_COUNTS if key in d},
     )
+
+
+_RECOVERY_COUNTS = ("restarts", "recovered", "lost_nodes")
 
 
 def _distribution(r: _Reader, d: dict[str, Any], where: str) -> Distribution:
@@ -286,6 +291,9 @@ def to_csv_rows(result: RunResult) -> list[dict[str, Any]]:
             "dropped": lv.dropped,
             "throughput": lv.throughput,
             "failure_rate": lv.failure_rate,
+            "restarts": lv.restarts,
+            "recovered": lv.recovered,
+            "lost_nodes": lv.lost_nodes,
         }
         for name in ("queue_wait", "turnaround", "launch"):
             dist: Distribution = getattr(lv, name)

@@ -186,6 +186,7 @@ class Ramp:
             sample.ended = finished.ended
             sample.ok = finished.ok
             sample.error = finished.error
+            sample.restarts = finished.restarts
             if finished.run_s is not None:
                 sample.phases["run"] = finished.run_s
             sample.phases.update(finished.phases)
@@ -198,6 +199,15 @@ class Ramp:
                     sample.phases["queue"] = waited
         sample.harness_s = max(0.0, perf_counter() - begin - spent_in_backend)
         lvl.record(sample)
+
+    def _node_events(self, lvl: _Level) -> list[dict[str, Any]]:
+        """What the backend saw happen to nodes from the level's start to now (its end,
+        drain included): a node lost while the level ran counts for it, whenever its jobs
+        were submitted. A backend without events_between saw nothing."""
+        events_between = getattr(self.backend, "events_between", None)
+        if events_between is None:
+            return []
+        return list(events_between(lvl.start, self.clock.now()))
 
     def _note_skew(self, behind: float) -> None:
         # Queue wait compares the node's start time with the workstation's submit time.
@@ -318,6 +328,7 @@ class Ramp:
                         window=lvl.window(),
                         dropped=lvl.dropped,
                         evaluate=checks if scenario.thresholds else None,
+                        node_events=self._node_events(lvl),
                     )
                     levels.append(summary)
                     self.on_event(LevelDone(index, total, summary))

@@ -11,7 +11,7 @@
     workload: {kind: sim, work: 1s, sigma: 0.05, kappa: 0.001}   # or just: sim
     requests:                     # weighted shapes of what each job asks for
       - {weight: 8, mem: 10G}
-      - {weight: 1, profile: gpu, gpus: 2, same-island: true}
+      - {weight: 1, profile: gpu, gpus: 2, same-island: true, max-restarts: 1}
     thresholds: ["queue_wait.p95 < 5s", "failure_rate < 1%"]
     stop-after-breaks: 2          # stop the ramp after this many levels in a row broke one
     seed: 0
@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -471,6 +471,7 @@ FLAG_KEYS = (
     "profile",
     "mem",
     "gpus",
+    "max_restarts",
     "thresholds",
     "seed",
     "policy",
@@ -501,7 +502,8 @@ def scenario_from_flags(base: Scenario | None = None, **overrides: Any) -> Scena
     by its share of its card's bandwidth; for sleep and matmul, as given), seconds (the
     same, for sleep and matmul), sigma / kappa (sim), size / dtype (matmul), cmd (one
     shell-like string, split with shlex; implies workload cmd), profile / mem / gpus (any of
-    them replaces the base's request shapes with one shape), thresholds (a list of
+    them replaces the base's request shapes with one shape), max_restarts (every request
+    shape's restart budget, after profile / mem / gpus), thresholds (a list of
     expressions that REPLACES the base's thresholds, it does not add to them; an empty list
     keeps them), seed, policy, stop_after_breaks. Errors are UsageErrors naming the flag."""
     unknown = [k for k in overrides if k not in FLAG_KEYS]
@@ -534,6 +536,12 @@ def scenario_from_flags(base: Scenario | None = None, **overrides: Any) -> Scena
         with _flag_errors("--profile/--mem/--gpus"):
             shape = RequestShape(gpus=gpus, profile=given.get("profile"), mem=given.get("mem"))
         values["requests"] = (shape,)
+    if "max_restarts" in given:
+        with _flag_errors("--max-restarts"):
+            values["requests"] = tuple(
+                replace(shape, max_restarts=given["max_restarts"])
+                for shape in values.get("requests", Scenario.requests)
+            )
     if given.get("thresholds"):
         values["thresholds"] = tuple(parse_threshold(str(t)) for t in given["thresholds"])
     if "seed" in given:

@@ -106,6 +106,11 @@ class SlurmBackend:
         self._types = cluster_types(self._client)
         for shape in shapes:
             self._request_for(Work(argv=["true"], name="prepare", shape=shape))
+        if any(getattr(shape, "max_restarts", 0) for shape in shapes):
+            self._warn(
+                "max-restarts is not passed to Slurm: each job runs once, and its level "
+                "reports no restarts"
+            )
 
     def _request_for(self, work: Work) -> SbatchRequest:
         spec = self._make_spec(work)
@@ -179,6 +184,9 @@ class SlurmBackend:
     def warnings(self) -> list[str]:
         with self._lock:
             return list(self._warnings)
+
+    def events_between(self, start: float, end: float) -> list[dict[str, Any]]:
+        return []  # Slurm's node states are not watched
 
     def close(self) -> None:
         """Stop the reaper and scancel what is still outstanding (bounded: each scancel

@@ -7,7 +7,8 @@ unit written out so nobody has to guess whether 500 meant seconds or millisecond
     turnaround.p99 <= 1500ms     harness): s, ms, us or m (minutes); a unit is required
     failure_rate < 1%          a percentage, or a fraction within 0..1 (0.01)
     throughput >= 2/s          jobs per second: /s or no unit
-    dropped <= 0               counts (submitted, completed, failed, dropped): no unit
+    dropped <= 0               counts (submitted, completed, failed, dropped, restarts,
+    restarts < 5                 recovered, lost_nodes): no unit
 
 Values are stored in the metric's own unit (seconds, a fraction, per second, a count), so
 they compare directly with what `metrics.metric_value` returns.
@@ -32,7 +33,15 @@ OPS: dict[str, Callable[[float, float], bool]] = {
 }
 
 DURATION_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "m": 60.0}
-COUNT_METRICS = ("submitted", "completed", "failed", "dropped")
+COUNT_METRICS = (
+    "submitted",
+    "completed",
+    "failed",
+    "dropped",
+    "restarts",
+    "recovered",
+    "lost_nodes",
+)
 
 _EXPR = re.compile(r"^\s*(?P<metric>[A-Za-z_][\w.]*)\s*(?P<op>[<>=!]+)\s*(?P<value>.*?)\s*$")
 _VALUE = re.compile(r"^(?P<number>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>\S*)$")

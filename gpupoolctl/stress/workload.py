@@ -41,6 +41,9 @@ MAX_WORK_S = sim.MAX_WORK_S  # sim --work and sleep --seconds
 MAX_MATMUL_SECONDS = matmul.MAX_SECONDS
 DTYPES = matmul.DTYPES
 MIN_MATMUL_SIZE, MAX_MATMUL_SIZE = matmul.MIN_SIZE, matmul.MAX_SIZE
+# gpupoolctl.jobs.spec.MAX_RESTARTS (a unit test keeps them equal), not imported: the jobs
+# package pulls in the whole job stack, which reading a scenario or a result does not need.
+MAX_RESTARTS = 100
 
 # --- workload ----------------------------------------------------------------------------
 
@@ -173,13 +176,16 @@ SHAPE_FIELDS = (
     "same_island",
     "priority",
     "preemptible",
+    "max_restarts",
 )
 
 
 @dataclass(frozen=True)
 class RequestShape:
     """What one submitted job asks for, and how often (weight) among the scenario's shapes.
-    Neither profile nor mem means whole cards, as `gpupoolctl submit` does."""
+    Neither profile nor mem means whole cards, as `gpupoolctl submit` does. max_restarts:
+    each job runs again up to this many times after a failure exit or a lost node, as
+    `submit --max-restarts` (0..MAX_RESTARTS; the scheduler's back-off applies)."""
 
     weight: float = 1.0
     gpus: int = 1
@@ -192,6 +198,7 @@ class RequestShape:
     same_island: bool = False
     priority: str = "normal"
     preemptible: bool = False
+    max_restarts: int = 0
 
     def __post_init__(self) -> None:
         weight = self.weight
@@ -213,6 +220,15 @@ class RequestShape:
         if isinstance(priority, bool) or not isinstance(priority, str | int):
             raise UsageError(f"request priority: use low, normal, high or 0..100; got {priority!r}")
         parse_priority(str(priority))
+        restarts = self.max_restarts
+        if (
+            isinstance(restarts, bool)
+            or not isinstance(restarts, int)
+            or not 0 <= restarts <= MAX_RESTARTS
+        ):
+            raise UsageError(
+                f"request max-restarts: expected a whole number 0..{MAX_RESTARTS}, got {restarts!r}"
+            )
         object.__setattr__(self, "priority", str(priority).strip().lower())
         if self.mem is not None:
             parse_memory_mib(self.mem)
@@ -220,7 +236,8 @@ class RequestShape:
         self.job_request().validate()
 
     def job_fields(self) -> dict[str, Any]:
-        """Keyword arguments for gpupoolctl.sched.JobRequest, named as it names them."""
+        """Keyword arguments for gpupoolctl.sched.JobRequest, named as it names them
+        (max_restarts is the job's, not the request's: backend.job_spec passes it)."""
         return {
             "gpus": self.gpus,
             "profile": self.profile if self.profile or self.mem else "gpu",

@@ -316,3 +316,69 @@ def test_compare_fails_on_missing_levels_or_an_early_stop_and_refuses_other_work
     assert anyway.code == 0 and "different workload" in anyway.stderr
     helped = cli("stress", "compare", "--help")
     assert "--allow-missing-levels" in helped.stdout and "--allow-other-workload" in helped.stdout
+
+
+# -- restarts and recovery ---------------------------------------------------------------------
+
+# Fails on its first try, succeeds when run again (the node tells each try its restart count).
+FIRST_TRY_FAILS = (
+    "import os, sys; sys.exit(1 if os.environ.get('GPUPOOL_RESTART_COUNT', '0') == '0' else 0)"
+)
+
+
+def _restart_scenario(cli, max_restarts: int) -> None:
+    argv = json.dumps([sys.executable, "-c", FIRST_TRY_FAILS])
+    (Path(cli.cwd) / "flaky.yaml").write_text(
+        "name: flaky\n"
+        "levels: [2]\n"
+        "warmup: 0s\n"
+        "hold: 1s\n"
+        # The back-off before a first restart is 10 s (jobs.restarts.BACKOFF_BASE_S): the
+        # drain leaves room for it and the second try.
+        "drain: 25s\n"
+        f"workload: {{kind: cmd, argv: {argv}}}\n"
+        f"requests: [{{mem: 10G, max-restarts: {max_restarts}}}]\n"
+    )
+    return "flaky.yaml"
+
+
+def _restart_ramp(cli, max_restarts: int, *extra: str) -> Any:
+    _restart_scenario(cli, max_restarts)
+    return cli(
+        "-l", DGX, "stress", "ramp", "--scenario", "flaky.yaml", "--save", "run.json",
+        "-o", "json", *extra, timeout=90,
+    )  # fmt: skip
+
+
+def test_jobs_that_fail_once_and_restart_are_recovered_and_counted(stress_cli) -> None:
+    run = _restart_ramp(stress_cli, 1)
+    assert run.code == 0, run.stderr
+    [level] = run.json()["levels"]
+    # Each submitter's first job failed, waited out its back-off, ran again and ended ok;
+    # the hold was over by then, so each submitted one job.
+    assert level["submitted"] == 2, level
+    assert level["completed"] == 2 and level["failed"] == 0, level
+    assert level["failure_rate"] == 0
+    assert level["restarts"] == level["recovered"] == 2
+    assert level["lost_nodes"] == 0
+    table = stress_cli("stress", "report", "run.json")
+    assert table.code == 0
+    assert "RESTARTS" in table.stdout and "RECOVERED" in table.stdout, table.stdout
+    held = stress_cli("stress", "report", "run.json", "-o", "csv").stdout.splitlines()
+    assert "restarts" in held[0].split(",")
+    # The jobs' own records agree: one restart used of one allowed, done.
+    jobs = stress_cli("-q", "jobs", "--all", "-o", "json").json()
+    ramp_jobs = [j for j in jobs if (j.get("name") or "").startswith("stress-")]
+    assert len(ramp_jobs) == 2 and all(j["state"] == "done" for j in ramp_jobs), ramp_jobs
+    assert {j["restarts"] for j in ramp_jobs} == {"1/1"}
+
+
+def test_the_same_jobs_without_restarts_all_fail(stress_cli) -> None:
+    # --max-restarts overrides the file's request shapes.
+    run = _restart_ramp(stress_cli, 1, "--max-restarts", "0")
+    assert run.code == 1, run.stderr  # no job succeeded at any level
+    [level] = json.loads((Path(stress_cli.cwd) / "run.json").read_text())["levels"]
+    assert level["submitted"] > 0 and level["completed"] == 0
+    assert level["failure_rate"] == 1
+    assert level["restarts"] == level["recovered"] == 0
+    assert "RESTARTS" not in stress_cli("stress", "report", "run.json").stdout
