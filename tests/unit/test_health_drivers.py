@@ -74,7 +74,7 @@ def test_a_healthy_h100_reads_every_signal(tmp_path: Path, fakes: None) -> None:
         (
             ("temp=95",),
             lambda h: h["temperature_c"] == 95 and "hw_thermal_slowdown" in h["throttle_reasons"],
-        ),  # fmt: skip
+        ),
         (("xid=79",), lambda h: [e["xid"] for e in h["xids"]] == [79]),
         (("lost",), lambda h: h["lost"] is True and "temperature_c" in h["unknown"]),
     ],

@@ -37,7 +37,7 @@ def test_catalogue_classifies_the_xids_the_issue_names() -> None:
     assert xid.lookup(48).action == "RESET_GPU"
     for number in (13, 31, 43, 45, 68):  # NVIDIA's device plugin skips exactly these
         assert xid.lookup(number).severity == "application", number
-    assert xid.APPLICATION_XIDS == {13, 31, 43, 45, 68}
+    assert {13, 31, 43, 45, 68} == xid.APPLICATION_XIDS
     assert xid.lookup(63).severity == "degraded" and xid.lookup(94).severity == "degraded"
     assert all(entry.action in xid.ACTIONS for entry in xid.CATALOG.values())
     unknown = xid.lookup(4242)
@@ -104,7 +104,7 @@ _DEGRADED = st.sampled_from(
                 "pending": True,
                 "failed": False,
             }
-        },  # fmt: skip
+        },
     ]
 )
 
