@@ -84,7 +84,7 @@ COMMANDS = (
         "policy",
         "gpupoolctl.cli.policy_cmd",
         "The pool policy file: which cards the scheduling loop may re-cut (elastic), into "
-        "what, how often.",
+        "what, how often; when a silent node is lost (health).",
     ),
     LazyCommand(
         "ledger",

@@ -128,7 +128,7 @@ def test_ledger_show_refuses_an_unknown_op(cli) -> None:
     assert run.code == 2, run.stderr
     assert errors(run.stderr) == [
         "gpupoolctl: error: unknown --op 'aloc': use slices, alloc, release, expire, enqueue, "
-        "dequeue, job, repair, reshape, drain"
+        "dequeue, job, repair, reshape, drain, host, fence"
     ]
     assert run.stdout == ""
 
