@@ -55,7 +55,10 @@ def reap(jobs: JobsCore, only: set[str] | None = None) -> list[dict[str, Any]]:
         if j.get("state") == "running" and (only is None or j["id"] in only)
     ]
     # The full pass is also the hosts' heartbeat: fenced runs and lost hosts are asked too.
+    # Only hosts this run can reach (-i/-l): a host taken out of the inventory keeps its
+    # fences until it is back, without a warning on every pass.
     extra = lost.wanted(state) if only is None else {}
+    extra = {h: ids for h, ids in extra.items() if h in jobs.nodes.targets}
     if not running and not extra:
         return []
     wanted = _wanted(running)

@@ -279,3 +279,18 @@ def test_a_long_running_loop_counts_the_silence_from_the_last_answer(pool: Any) 
     clock.advance(60)
     refresh(jobs)  # 90 s after the last answer, 60 s after the first silent poll
     assert job(jobs, job_id)["state"] == "failed"
+
+
+def test_a_lost_host_taken_out_of_the_inventory_is_not_asked(pool: Any) -> None:
+    jobs, fleet, clock = pool
+    job_id = submit(jobs)
+    host = host_of(jobs, job_id)
+    fleet.down.add(host)
+    refresh(jobs)
+    clock.advance(90)
+    refresh(jobs)
+    jobs.nodes.targets.pop(host)  # retired: the inventory no longer lists it
+    jobs.warnings.clear()
+    refresh(jobs)
+    assert not jobs.warnings, jobs.warnings
+    assert host in state_of(jobs).lost and state_of(jobs).fences  # kept for its return
