@@ -147,9 +147,9 @@ def launch_args(job: dict[str, Any]) -> dict[str, Any]:
     args: dict[str, Any] = {"grace_s": float(job.get("grace_s") or 0)}
     if job.get("time_limit_s"):
         args["time_limit_s"] = float(job["time_limit_s"])
-    if job.get("signal"):
-        args["signal"] = str(job["signal"])
-        args["signal_s"] = float(job.get("signal_s") or 0)
+    if job.get("warn_signal"):
+        args["signal"] = str(job["warn_signal"])
+        args["signal_s"] = float(job.get("warn_signal_s") or 0)
     return args
 
 

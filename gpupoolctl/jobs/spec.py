@@ -88,8 +88,9 @@ class JobSpec:
             "restarts": 0,
             "checkpoint_dir": self.checkpoint_dir,  # as given: submit expands %j
             "time_limit_s": self.time_limit_s,
-            "signal": self.signal,
-            "signal_s": self.signal_s if self.signal is not None else None,
+            # Not "signal": a job record's "signal" is the one that ended its last try.
+            "warn_signal": self.signal,
+            "warn_signal_s": self.signal_s if self.signal is not None else None,
         }
 
 

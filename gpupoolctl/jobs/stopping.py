@@ -20,7 +20,7 @@ def mark_preempted(
     records it cancelled. Returns the job as recorded."""
     grace = grace_s if grace_s is not None else float(job.get("grace_s") or 0)
     mark: dict[str, Any] = {"by": by, "at": time.time(), "grace_s": grace}
-    if job.get("signal"):  # its --signal first, for up to this long, then SIGTERM
+    if job.get("warn_signal"):  # its --signal first, for up to this long, then SIGTERM
         mark["warn_s"] = warning_s(job, grace)
     tx.append("job", {"id": job["id"], "state": "running", "preempt": mark})
     return tx.state.jobs[job["id"]]
@@ -29,7 +29,7 @@ def mark_preempted(
 def warning_s(job: dict[str, Any], grace: float) -> float:
     """How long a preempted job that asked for a --signal gets between it and SIGTERM:
     its seconds before the limit, at most its grace."""
-    return max(0.0, min(float(job.get("signal_s") or 0), grace))
+    return max(0.0, min(float(job.get("warn_signal_s") or 0), grace))
 
 
 def _warn(jobs: JobsCore, targets: list[dict[str, Any]]) -> set[tuple[str, str]]:
@@ -38,10 +38,11 @@ def _warn(jobs: JobsCore, targets: list[dict[str, Any]]) -> set[tuple[str, str]]
     calls = []
     for job in targets:
         mark = job.get("preempt") or {}
-        if not job.get("signal") or "warn_s" not in mark:
+        if not job.get("warn_signal") or "warn_s" not in mark:
             continue
         for node in job.get("nodes") or []:
-            args = {"job_id": node["node_id"], "signal": job["signal"], "wait_s": mark["warn_s"]}
+            warn = {"signal": job["warn_signal"], "wait_s": mark["warn_s"]}
+            args = {"job_id": node["node_id"], **warn}
             calls.append(Call(node["host"], "signal", args))
     ended = set()
     for call, result in zip(calls, jobs.nodes.call(calls), strict=True):

@@ -17,7 +17,8 @@ What maps:
   and a note says the size was not checked.
 - `--host NAME` -> `--nodelist=NAME`; `--priority` -> `--nice` (below normal: a positive
   nice anyone may set; above normal: a negative nice, which Slurm allows operators only);
-  `--requeue` -> `--requeue`, else `--no-requeue`; `--name` -> `--job-name` (default: the
+  `--requeue` -> `--requeue`, else `--no-requeue`; `--time-limit` -> `--time=D-HH:MM:SS`;
+  `--signal SIG@S` -> `--signal=SIG@S`; `--name` -> `--job-name` (default: the
   command's name); `--workdir` -> `--chdir` (default: the current folder, as sbatch does).
 - The command and `--env` go into the batch script, every word quoted with shlex: nothing the
   user gave is ever read by a shell as code. (`--export=VAR=...` is not used: it splits
@@ -26,11 +27,13 @@ What maps:
 Refused up front (UsageError, exit 2): `--same-island` (no Slurm equivalent), `--preemptible`
 (preemption is the cluster's configuration), `--bandwidth` and `--vendor` (not in GRES), a
 `--policy` other than best-fit (Slurm's select plugin places jobs), a `--grace` other than the
-default (Slurm's KillWait sets it), a `--host` glob, and the bare kinds mig/partition/vf.
+default (Slurm's KillWait sets it), `--max-restarts` and `--checkpoint-dir`, a `--host`
+glob, and the bare kinds mig/partition/vf.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shlex
@@ -161,6 +164,11 @@ def refuse_unmappable(spec: JobSpec) -> None:
         (request.vendor is not None, "--vendor: Slurm's GRES know no vendor; use --model"),
         (spec.policy != "best-fit", "--policy: Slurm's select plugin places jobs"),
         (spec.grace_s != DEFAULT_GRACE_S, "--grace: Slurm's KillWait sets the grace period"),
+        (
+            spec.max_restarts > 0,
+            "--max-restarts: Slurm requeues by its own RequeueExit/MaxBatchRequeue settings",
+        ),
+        (spec.checkpoint_dir is not None, "--checkpoint-dir: set it with --env in the job"),
     ]
     for refused_here, message in refused:
         if refused_here:
@@ -207,6 +215,11 @@ def sbatch_request(
     name = spec.name or os.path.basename(spec.argv[0]) or "job"
     args = [f"--job-name={name[:MAX_JOB_NAME]}", "--nodes=1", f"--gres={gres}"]
     args.append("--requeue" if spec.requeue else "--no-requeue")
+    if spec.time_limit_s is not None:  # Slurm counts whole minutes and seconds: round up
+        days, rest = divmod(math.ceil(spec.time_limit_s), 86400)
+        args.append(f"--time={days}-{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}")
+    if spec.signal is not None:
+        args.append(f"--signal={spec.signal}@{math.ceil(spec.signal_s or 60)}")
     if request.host is not None:
         args.append(f"--nodelist={request.host}")
     nice = nice_for(request.priority)

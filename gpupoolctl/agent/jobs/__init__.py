@@ -4,14 +4,19 @@ Every job has a folder on its node, `<root>/<job_id>/` (0700; files 0600):
     meta.json   {"job_id", "argv", "env" (only the variables the request set), "workdir",
                  "devices", "visible" (the visibility variables set), "created"}
     pid.json    {"pid", "pgid", "wrapper_pid", "started", "proc_start"}  (once it runs)
-    exit.json   {"exit_code", "signal", "ended", "error"}  (written by the wrapper at the end)
+    exit.json   {"exit_code", "signal", "ended", "error", "reason"}  (written by the wrapper at
+                 the end; reason "time-limit" when its time limit ended it)
     stdout, stderr
     fenced      (a recovery pass claimed this job id: it can never be launched here)
 Root: `$XDG_STATE_HOME/gpupoolctl/jobs` (else ~/.local/state/gpupoolctl/jobs); on a simulated
 node `<sim state dir>/jobs/<host>`, so simulated nodes sharing one machine keep their jobs apart.
 
 launch  args {"job_id", "argv": [str, ...], "env": {str: str}, "workdir": str | null,
-              "devices": {"vendor": "nvidia" | "amd", "uuids": [str, ...]}}
+              "devices": {"vendor": "nvidia" | "amd", "uuids": [str, ...]},
+              "time_limit_s": float | null, "signal": str | null, "signal_s": float | null,
+              "grace_s": float}
+        With a time limit the wrapper sends `signal` to the job's process group signal_s
+        seconds before it, SIGTERM at it and SIGKILL grace_s after (wall-clock, on the node).
         data {"pid", "pgid", "job_dir", "started", "visible": {VAR: value}}
         The command is run without a shell (argv is data). The job is started detached: the
         agent forks, the child calls setsid and forks the wrapper, which runs the command in a
@@ -23,7 +28,7 @@ poll    args {"job_ids": [str, ...], "fence": bool}
                                 "fenced"}}}
         absent: no folder (never launched here); with "fence" the id is claimed, so a launch
         still in flight from a crashed workstation can no longer start it.
-signal  args {"job_id", "signal": "TERM" | "KILL" | "INT" | "HUP", "wait_s": float}
+signal  args {"job_id", "signal": "TERM" | "KILL" | "INT" | "HUP" | "USR1" | ..., "wait_s"}
         data {"sent": bool, ...poll fields}: to the job's process group, then waits up to
         wait_s for it to end.
 logs    args {"job_id", "stream": "stdout" | "stderr", "offset": int, "max_bytes": int}
