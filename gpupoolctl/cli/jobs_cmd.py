@@ -228,9 +228,9 @@ def submit(
             min=0,
             max=100,
             metavar="N",
-            help="Run it again, up to N times, when it exits with a failure code or its node "
-            "is lost; each try waits a back-off first (10s, 20s, 40s ... 5m) and sees "
-            "GPUPOOL_RESTART_COUNT. Preemption is --requeue's and does not count.",
+            help="Run it again, up to N times, when it exits with a failure code (after a "
+            "back-off: 10s, 20s, 40s ... 5m) or its node is lost (at once, elsewhere); each "
+            "try sees GPUPOOL_RESTART_COUNT. Preemption is --requeue's and does not count.",
         ),
     ] = 0,
     checkpoint_dir: Annotated[

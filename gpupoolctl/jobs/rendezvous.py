@@ -28,7 +28,9 @@ def node_env(job_id: str, nodes: list[dict[str, Any]], index: int, address: str)
     port = str(rendezvous_port(job_id))
     count, rank = str(len(nodes)), str(index)
     gpus = str(len(nodes[index].get("slices") or []))
-    return {  # GPUPOOL_JOB_ID and GPUPOOL_JOB_DIR are the agent's (the node's job folder)
+    # GPUPOOL_JOB_ID (the pool's id, the same on every try) and GPUPOOL_RUN come from
+    # jobs.restarts; GPUPOOL_JOB_DIR (this run's folder on the node) from the agent.
+    return {
         "GPUPOOL_NODE_RANK": rank,
         "GPUPOOL_NNODES": count,
         "GPUPOOL_NODES": ",".join(str(n["host"]) for n in nodes),
