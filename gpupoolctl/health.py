@@ -81,19 +81,3 @@ def _reason(row: Mapping[str, Any]) -> str:
     text = f"{REASON_PREFIX}{first}"
     return text if len(text) <= 200 else text[:197] + "..."
 
-
-def lift_health_drains(ledger: Any, targets: Sequence[str]) -> Any:
-    """Undrain the targets whose drain's source is still "health" when the ledger is
-    written (an admin may have drained one meanwhile: that drain stays). Returns the
-    ledger's Done with the lifted targets as its value."""
-
-    def build(tx: Any) -> list[str]:
-        lifted = []
-        for target in dict.fromkeys(targets):
-            current = tx.state.drains.get(target)
-            if current is not None and current.get("source") == SOURCE:
-                tx.append("drain", {"target": target, "state": "undrained"})
-                lifted.append(target)
-        return lifted
-
-    return ledger.write(build)

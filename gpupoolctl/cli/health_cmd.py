@@ -110,7 +110,7 @@ def _apply_drains(settings: Settings, rows: list[dict[str, Any]]) -> dict[str, A
         notice(f"drained {target}: {reason}", quiet=settings.quiet)
     lifted: list[str] = []
     if plan.lift:
-        done = pool_health.lift_health_drains(ledger, plan.lift)
+        done = drains.lift(ledger, plan.lift, pool_health.SOURCE)
         for message in done.warnings:
             warn(message)
         lifted = list(done.value)

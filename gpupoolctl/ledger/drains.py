@@ -69,3 +69,20 @@ def undrain(ledger: Ledger, targets: Sequence[str]) -> Done:
         return list(dict.fromkeys(targets))
 
     return ledger.write(build)
+
+
+def lift(ledger: Ledger, targets: Sequence[str], source: str) -> Done:
+    """Undrain those of `targets` whose drain is still `source`'s when the ledger is written
+    (an admin may have drained one meanwhile: that drain stays); targets not drained are
+    skipped. The Done's value is the targets lifted."""
+
+    def build(tx: Transaction) -> list[str]:
+        lifted = []
+        for target in dict.fromkeys(targets):
+            current = tx.state.drains.get(target)
+            if current is not None and current.get("source") == source:
+                tx.append("drain", {"target": target, "state": "undrained"})
+                lifted.append(target)
+        return lifted
+
+    return ledger.write(build)
