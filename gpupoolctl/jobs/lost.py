@@ -25,7 +25,7 @@ from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.jobs.service import KILL_WAIT_S, JobsCore
 from gpupoolctl.ledger import State, Transaction
 from gpupoolctl.ledger.state import fence_key
-from gpupoolctl.ledger.units import parse_ts
+from gpupoolctl.ledger.units import format_ts, parse_ts
 from gpupoolctl.policy.model import HealthPolicy
 from gpupoolctl.remote.results import TIMED_OUT, UNREACHABLE
 
@@ -68,19 +68,27 @@ def health_of(jobs: JobsCore) -> HealthPolicy:
     return jobs.policy.health if jobs.policy is not None else HealthPolicy()
 
 
-def observe(jobs: JobsCore, answers: dict[str, Any]) -> list[dict[str, Any]]:
+def observe(jobs: JobsCore, answers: dict[str, Any], state: State) -> list[dict[str, Any]]:
     """Record what this pass's poll says about hosts; declare the ones silent too long lost;
     kill fenced runs on hosts that answer; return lost hosts that answer with nothing
-    fenced. Returns events for the CLI (lost, returned, stale runs killed)."""
+    fenced. `state` is the ledger as the poll's caller read it: when it shows nothing to do
+    (everyone answered, no silence, no loss, no fence) no ledger write is made. Returns
+    events for the CLI (lost, returned, stale runs killed)."""
     found = heard(answers)
+    for host in found.answered:
+        jobs.last_heard[host] = format_ts(jobs.ledger.clock())
+    changed = found.silent or set(found.answered) & (set(state.silent) | set(state.lost))
+    if not changed and not state.fences:
+        return []  # the usual pass: everyone answered, nothing to record (no lock taken)
     health = health_of(jobs)
     done = jobs.ledger.write(lambda tx: _record(jobs, tx, found, health))
     jobs.warnings.extend(done.warnings)
     events: list[dict[str, Any]] = list(done.value)
     events.extend(_kill_fenced(jobs, found))
-    back = jobs.ledger.write(lambda tx: _returned(tx, found, health))
-    jobs.warnings.extend(back.warnings)
-    events.extend(back.value)
+    if set(found.answered) & set(jobs.read().state.lost):
+        back = jobs.ledger.write(lambda tx: _returned(tx, found, health))
+        jobs.warnings.extend(back.warnings)
+        events.extend(back.value)
     return events
 
 
@@ -91,7 +99,6 @@ def _record(
     now = parse_ts(tx.now)
     events: list[dict[str, Any]] = []
     for host in sorted(found.answered):
-        jobs.last_heard[host] = tx.now
         if host in state.silent:
             tx.append("host", {"host": host, "state": "answering"})
     for host, why in sorted(found.silent.items()):

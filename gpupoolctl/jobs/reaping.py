@@ -66,7 +66,7 @@ def reap(jobs: JobsCore, only: set[str] | None = None) -> list[dict[str, Any]]:
         wanted.setdefault(host, []).extend(node_ids)
     answers = jobs.nodes.poll(wanted)
     if only is None:
-        jobs.node_events.extend(lost.observe(jobs, answers))
+        jobs.node_events.extend(lost.observe(jobs, answers, state))
     ended: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     overdue: list[dict[str, Any]] = []
     for job in running:
