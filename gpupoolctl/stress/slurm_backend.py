@@ -106,11 +106,6 @@ class SlurmBackend:
         self._types = cluster_types(self._client)
         for shape in shapes:
             self._request_for(Work(argv=["true"], name="prepare", shape=shape))
-        if any(getattr(shape, "max_restarts", 0) for shape in shapes):
-            self._warn(
-                "max-restarts is not passed to Slurm: each job runs once, and its level "
-                "reports no restarts"
-            )
 
     def _request_for(self, work: Work) -> SbatchRequest:
         spec = self._make_spec(work)
