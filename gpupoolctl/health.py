@@ -80,4 +80,3 @@ def _reason(row: Mapping[str, Any]) -> str:
     first = (row.get("reasons") or ["failed"])[0]
     text = f"{REASON_PREFIX}{first}"
     return text if len(text) <= 200 else text[:197] + "..."
-

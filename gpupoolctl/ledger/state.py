@@ -483,9 +483,7 @@ class State:
         # Written by versions that notice lost nodes; older snapshots have none.
         state.silent = dict(raw.get("silent", {}))
         state.lost = {entry["host"]: dict(entry) for entry in raw.get("lost", [])}
-        state.fences = {
-            fence_key(f["host"], f["node_id"]): dict(f) for f in raw.get("fences", [])
-        }
+        state.fences = {fence_key(f["host"], f["node_id"]): dict(f) for f in raw.get("fences", [])}
         # Recently finished jobs kept by compaction (not part of equality, like `finished`).
         state.finished = {j["id"]: dict(j) for j in raw.get("finished", [])}
         return state
