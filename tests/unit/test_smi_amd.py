@@ -71,7 +71,14 @@ def test_parse_static_old_format_without_partitions() -> None:
 
 def test_parse_metric_and_list() -> None:
     metric = smi_amd.parse_metric(text(MI300X, "metric"))
-    assert metric[2] == {"total_mib": 196592, "used_mib": 283 + 65536, "gfx_activity": 97}
+    assert metric[2] == {
+        "total_mib": 196592,
+        "used_mib": 283 + 65536,
+        "gfx_activity": 97,
+        "ecc_uncorrectable": None,  # the fixture has no `ecc` section
+        "ecc_deferred": None,
+        "temperature_c": 43,
+    }
     listing = smi_amd.parse_list(text(MI300X, "list"))
     assert listing[7]["bdf"] == "0000:e5:00.0"
     assert listing[7]["uuid"] == json.loads(text(MI300X, "list"))[7]["uuid"]

@@ -115,7 +115,9 @@ def test_open_driver_runs_the_three_queries(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(smi_nvidia.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
     monkeypatch.setattr(smi_nvidia, "_run", fake_run)
-    driver = smi_nvidia.open_driver()
+    driver = smi_nvidia.open_driver(
+        health_run=lambda args: (None, "", "not asked"), kernel_log=lambda: None
+    )
     assert len(driver.gpus()) == 4 and driver.version() == "570.133.20"
     assert driver.link_matrix()[0][1] == "PIX" and driver.name == "smi"
     assert seen[0][1] == "--query-gpu=" + ",".join(smi_nvidia.QUERY_FIELDS)

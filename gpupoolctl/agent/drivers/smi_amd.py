@@ -7,12 +7,20 @@ Commands (each one exec; all the facts of the node in six):
     amd-smi partition --json  current_partition, memory_partition (caps); ROCm >= 6.3, optional
     amd-smi topology --json   link_type between GPUs; optional
     amd-smi process --json    process_list per GPU; optional
+    amd-smi bad-pages --json  retired / pending / unreservable pages; bare metal only, optional
+
+Health (hw.model.GpuHealth) comes from `metric`'s `ecc` and `temperature` sections, from
+`bad-pages`, and from the kernel log (kmsg: amdgpu resets and ring timeouts), as the amdsmi
+driver reads it. What a release or platform does not report (a VM guest has no ECC and no
+bad pages) is listed as unknown, never taken for fine.
 
 amd-smi changed its JSON across releases: static and metric are a bare list up to ROCm 6.2 and
 {"gpu_data": [...]} later; numbers are {"value": n, "unit": "MB"} objects, or "N/A"; topology
 is per-GPU "links" now and per-field {"gpu_N": ...} maps before; the compute partition is
-"compute_partition" or "accelerator_partition". The parsers accept all of them, take text and
-are pure, so tests feed them recorded shapes.
+"compute_partition" or "accelerator_partition"; the ECC totals are
+`total_uncorrectable_count`/`total_deferred_count` (ROCm >= 6.1), `total_uncorrectable`
+(early 2024) or `uncorrectable` (ROCm 6.0), or an error string. The parsers accept all of
+them, take text and are pure, so tests feed them recorded shapes.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+from gpupoolctl.agent.drivers import kmsg
 from gpupoolctl.agent.drivers.amdsmi import HostSysfs, Sysfs, read_sriov
 from gpupoolctl.agent.drivers.base import Driver, DriverUnavailable
 from gpupoolctl.hw import amd_modes
@@ -44,6 +53,12 @@ _ABSENT_MARKERS = (
 _UNITS_TO_MIB = {"B": 1 / 2**20, "KB": 1 / 1024, "KIB": 1 / 1024, "MB": 1, "MIB": 1,
                  "GB": 1024, "GIB": 1024, "TB": 2**20, "TIB": 2**20}  # fmt: skip
 _GPU_LIST_KEYS = ("gpu_data", "gpu_list")
+# metric's `ecc` keys across releases, newest first.
+_ECC_UNCORRECTABLE_KEYS = ("total_uncorrectable_count", "total_uncorrectable", "uncorrectable")
+_ECC_DEFERRED_KEYS = ("total_deferred_count", "total_deferred", "deferred")
+# Instinct cards report the hotspot (junction) only, Radeon cards the edge too.
+_TEMPERATURE_KEYS = ("hotspot", "hotspot_temperature", "junction", "edge", "edge_temperature")
+_NO_BAD_PAGES = "no bad pages"
 
 
 class SmiParseError(ValueError):
@@ -189,17 +204,61 @@ def parse_static(text: str) -> dict[int, dict[str, Any]]:
 
 
 def parse_metric(text: str) -> dict[int, dict[str, Any]]:
-    """`amd-smi metric --json` -> {gpu: {"total_mib", "used_mib", "gfx_activity"}}."""
+    """`amd-smi metric --json` -> {gpu: {"total_mib", "used_mib", "gfx_activity",
+    "ecc_uncorrectable", "ecc_deferred", "temperature_c"}}; None for what it does not say."""
     out = {}
     for entry in _gpu_entries(_document(text, "metric"), "metric"):
         usage = entry.get("usage") if isinstance(entry.get("usage"), dict) else {}
         memory = entry.get("mem_usage") if isinstance(entry.get("mem_usage"), dict) else {}
+        ecc = entry.get("ecc") if isinstance(entry.get("ecc"), dict) else {}
+        heat = entry.get("temperature") if isinstance(entry.get("temperature"), dict) else {}
         out[_gpu_id(entry, "metric")] = {
             "total_mib": _mib(memory.get("total_vram")),
             "used_mib": _mib(memory.get("used_vram")),
             "gfx_activity": _int(usage.get("gfx_activity")),
+            "ecc_uncorrectable": _first_count(ecc, _ECC_UNCORRECTABLE_KEYS),
+            "ecc_deferred": _first_count(ecc, _ECC_DEFERRED_KEYS),
+            "temperature_c": _first_count(heat, _TEMPERATURE_KEYS),
         }
     return out
+
+
+def _first_count(section: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    """The first of `keys` with a number: 0, {"value": 0, "unit": ...}, "41 C"; "N/A" is
+    none."""
+    for key in keys:
+        number = _int(section.get(key))
+        if number is not None:
+            return number
+    return None
+
+
+def parse_bad_pages(text: str) -> dict[int, dict[str, int | None]]:
+    """`amd-smi bad-pages --json` -> {gpu: {"bad_pages", "bad_pages_pending"}}.
+
+    Per GPU `retired`, `pending` and (newer) `un_res`: one page object, a list of them, "No
+    bad pages found." or "N/A". Retired and unreservable pages are bad pages (as the amdsmi
+    driver counts them); None where amd-smi could not read them."""
+    out: dict[int, dict[str, int | None]] = {}
+    for entry in _gpu_entries(_document(text, "bad-pages"), "bad-pages"):
+        retired = _page_count(entry.get("retired"))
+        unreservable = _page_count(entry.get("un_res")) if "un_res" in entry else 0
+        bad = None if retired is None or unreservable is None else retired + unreservable
+        out[_gpu_id(entry, "bad-pages")] = {
+            "bad_pages": bad,
+            "bad_pages_pending": _page_count(entry.get("pending")),
+        }
+    return out
+
+
+def _page_count(raw: Any) -> int | None:
+    if isinstance(raw, list):
+        return sum(1 for page in raw if isinstance(page, dict))
+    if isinstance(raw, dict):
+        return 1
+    if isinstance(raw, str) and raw.strip().lower().startswith(_NO_BAD_PAGES):
+        return 0
+    return None  # "N/A", absent, or a shape we do not know
 
 
 def parse_partition(text: str) -> dict[int, dict[str, Any]]:
@@ -340,6 +399,52 @@ def build_gpus(
     return gpus
 
 
+def build_health(
+    gpus: list[dict[str, Any]],
+    metric: dict[int, dict[str, Any]] | None,
+    bad_pages: dict[int, dict[str, int | None]] | None,
+    records: list[kmsg.Record] | None,
+    why_metric: str = "amd-smi metric --json failed",
+    why_bad_pages: str = "amd-smi bad-pages --json failed (absent in a VM guest)",
+) -> None:
+    """Fill gpu["health"] (hw.model.GpuHealth): ECC and temperature from `metric`, bad pages
+    from `bad-pages` (None: the command failed), resets and ring hangs from the kernel log
+    records (None: not readable). Every signal not read is None and listed in "unknown"."""
+    buses = [g.get("pci_bus_id") if isinstance(g.get("pci_bus_id"), str) else None for g in gpus]
+    logged = kmsg.amd_events(records, buses) if records is not None else {}
+    for position, gpu in enumerate(gpus):
+        metrics = None if metric is None else metric.get(gpu["index"])
+        pages = None if bad_pages is None else bad_pages.get(gpu["index"])
+        health: dict[str, Any] = {
+            "unknown": [],
+            "lost": None,  # amd-smi has no "GPU is lost" answer (as amdsmi)
+            "ecc_uncorrectable": (metrics or {}).get("ecc_uncorrectable"),
+            "ecc_deferred": (metrics or {}).get("ecc_deferred"),
+            "bad_pages": (pages or {}).get("bad_pages"),
+            "bad_pages_pending": (pages or {}).get("bad_pages_pending"),
+            "events": None,
+            "temperature_c": (metrics or {}).get("temperature_c"),
+            "notes": [],
+        }
+        for name, source, why in (
+            ("ecc_uncorrectable", metrics, why_metric),
+            ("ecc_deferred", metrics, why_metric),
+            ("temperature_c", metrics, why_metric),
+            ("bad_pages", pages, why_bad_pages),
+            ("bad_pages_pending", pages, why_bad_pages),
+        ):
+            if health[name] is None:
+                health["unknown"].append(name)
+                reason = why if source is None else "amd-smi: N/A or not reported"
+                health["notes"].append(f"{name}: {reason}")
+        if records is not None:
+            health["events"] = sorted(set(logged.get(position, [])))
+        else:
+            health["unknown"].append("events")
+            health["notes"].append("events: kernel log not readable")
+        gpu["health"] = health
+
+
 def _partition(info: dict[str, Any], current: dict[str, Any] | None) -> dict[str, Any] | None:
     current = current or {}
     compute = current.get("compute") or info.get("compute")
@@ -412,8 +517,13 @@ def _optional(run: Runner, args: list[str], parse: Callable[[str], Any]) -> Any:
     return parse(text)
 
 
-def open_driver(run: Runner | None = None, sysfs: Sysfs | None = None) -> Driver:
-    """The amd-smi driver, or DriverUnavailable("") when amd-smi or AMD GPUs are absent."""
+def open_driver(
+    run: Runner | None = None,
+    sysfs: Sysfs | None = None,
+    kernel_log: Callable[[], list[kmsg.Record] | None] | None = None,
+) -> Driver:
+    """The amd-smi driver, or DriverUnavailable("") when amd-smi or AMD GPUs are absent.
+    `kernel_log` stands in for the kernel log reader (kmsg.read_kernel_log) in tests."""
     if run is None:
         executable = _find_amd_smi()
         if executable is None:
@@ -430,10 +540,12 @@ def open_driver(run: Runner | None = None, sysfs: Sysfs | None = None) -> Driver
     if not static:
         raise DriverUnavailable("")
     try:
+        listing = _optional(run, ["list", "--json"], parse_list)
+        metric = _optional(run, ["metric", "--json"], parse_metric)
         gpus = build_gpus(
             static,
-            listing=_optional(run, ["list", "--json"], parse_list),
-            metric=_optional(run, ["metric", "--json"], parse_metric),
+            listing=listing,
+            metric=metric,
             partition=_optional(run, ["partition", "--json"], parse_partition),
             processes=_optional(run, ["process", "--json"], parse_process),
             sysfs=sysfs if sysfs is not None else HostSysfs(),
@@ -441,6 +553,14 @@ def open_driver(run: Runner | None = None, sysfs: Sysfs | None = None) -> Driver
         links = _optional(run, ["topology", "--json"], parse_topology) or {}
     except SmiParseError as exc:
         raise DriverUnavailable(str(exc)) from exc
+    # Bad pages are health only: output we cannot parse costs those two signals, not the node.
+    why_pages = "amd-smi bad-pages --json failed (absent in a VM guest)"
+    try:
+        bad_pages = _optional(run, ["bad-pages", "--json"], parse_bad_pages)
+    except SmiParseError as exc:
+        bad_pages, why_pages = None, str(exc)
+    records = (kernel_log or kmsg.read_kernel_log)()
+    build_health(gpus, metric, bad_pages, records, why_bad_pages=why_pages)
     versions = [v.get("driver_version") for v in static.values() if v.get("driver_version")]
     return AmdSmiCliDriver(gpus, build_matrix(gpus, links), versions[0] if versions else None)
 
