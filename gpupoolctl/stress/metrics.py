@@ -18,6 +18,7 @@ from typing import Any
 
 from gpupoolctl.stress.histogram import distribution
 from gpupoolctl.stress.model import (
+    LINK_CLASSES,
     METRICS,
     PHASES,
     Distribution,
@@ -119,6 +120,16 @@ def summarize_level(
         if (measured := [s.phases[phase] for s in inside if phase in s.phases])
     }
 
+    reporting = [s for s in inside if s.work is not None or s.comm_links or "comm" in s.phases]
+    comm_links = {
+        link: math.fsum(s.comm_links.get(link, 0.0) for s in reporting) / len(reporting)
+        for link in _link_classes(reporting)
+    }
+    bound_by = Counter(s.bound_by for s in inside if s.bound_by is not None)
+    worked = [s for s in samples if s.ok and s.work is not None]
+    work_credited = math.fsum(s.work * _share_inside(s, start, end) for s in worked if s.work)
+    work_throughput = (work_credited / window_s if window_s > 0 else 0.0) if worked else None
+
     result = LevelResult(
         level=level,
         model=model,
@@ -141,10 +152,19 @@ def summarize_level(
         restarts=sum(s.restarts for s in inside),
         recovered=sum(1 for s in inside if s.recovered),
         lost_nodes=lost_nodes,
+        work_throughput=work_throughput,
+        comm_links=comm_links,
+        bound_by=dict(sorted(bound_by.items(), key=lambda item: (-item[1], item[0]))),
     )
     if evaluate is not None:
         result.thresholds.extend(evaluate(result))
     return result
+
+
+def _link_classes(samples: Iterable[Sample]) -> list[str]:
+    """The link classes the samples spent time on: LINK_CLASSES order, then any others."""
+    seen = {link for s in samples for link in s.comm_links}
+    return [link for link in LINK_CLASSES if link in seen] + sorted(seen - set(LINK_CLASSES))
 
 
 def _share_inside(sample: Sample, start: float, end: float) -> float:
@@ -170,6 +190,8 @@ def metric_value(level: LevelResult, name: str) -> float | None:
         raise KeyError(f"unknown metric {name!r}; valid metrics: {', '.join(METRICS)}")
     if name == "throughput":
         return level.throughput
+    if name == "work_throughput":
+        return level.work_throughput
     if name == "failure_rate":
         return level.failure_rate
     if name == "harness":

@@ -16,7 +16,9 @@ FORMAT = "gpupoolctl-stress/1"
 
 # Where a job's turnaround went. Backends fill what they can measure; the rest stay absent
 # (not zero: zero would claim a measurement).
-PHASES = ("ledger", "launch", "queue", "run")
+# "compute" and "comm" are parts of "run": the job's own split of its run time, as the
+# workload reported it (the train workload's report.json); they are not added to the others.
+PHASES = ("ledger", "launch", "queue", "run", "compute", "comm")
 PHASE_HELP = {
     "ledger": "time inside ledger transactions during submit (lock wait, replay, append, fsync)",
     "launch": "starting the job: from its slice being granted to its launch call returning "
@@ -25,7 +27,16 @@ PHASE_HELP = {
     "backend cannot see the placement: submit call to start on the node, less ledger and "
     "launch)",
     "run": "the job's own run time on its node",
+    "compute": "part of run: the job's own compute time (forward and backward passes), as its "
+    "workload reported it",
+    "comm": "part of run: the job's own communication time (gradient all-reduce over NVLink/"
+    "xGMI, PCIe, the NIC or the WAN), as its workload reported it; by link class in comm_links",
 }
+
+# Link classes a job's communication can go over, fastest first: inside an NVLink or xGMI
+# island, over PCIe inside a node, over the node's NICs between nodes, over the WAN between
+# sites.
+LINK_CLASSES = ("nvlink", "xgmi", "pcie", "nic", "wan")
 
 
 @dataclass
@@ -43,6 +54,12 @@ class Sample:
     phases: dict[str, float] = field(default_factory=dict)  # PHASES -> seconds
     harness_s: float = 0.0  # the harness's own bookkeeping for this sample
     restarts: int = 0  # times the job was run again (failure exit, lost node) before it ended
+    # What the job itself reported (the train workload's report.json), None/{} otherwise:
+    # work units done (training samples), seconds of communication per LINK_CLASSES entry,
+    # and the link class that bounded its all-reduce (the slowest link in its ring).
+    work: float | None = None
+    comm_links: dict[str, float] = field(default_factory=dict)
+    bound_by: str | None = None
 
     @property
     def recovered(self) -> bool:
@@ -143,6 +160,14 @@ class LevelResult:
     restarts: int = 0
     recovered: int = 0
     lost_nodes: int = 0
+    # Inside-the-job attribution, from the jobs' own reports. work_throughput: work units
+    # (training samples) per second of the steady window, credited like throughput; None
+    # when no job reported work. comm_links: mean seconds of communication per reporting job
+    # per LINK_CLASSES entry (a reporting job without time on a class counts 0 there).
+    # bound_by: how many jobs (submitted in the steady window) each link class bounded.
+    work_throughput: float | None = None
+    comm_links: dict[str, float] = field(default_factory=dict)
+    bound_by: dict[str, int] = field(default_factory=dict)
 
     @property
     def thresholds_ok(self) -> bool:
@@ -209,6 +234,7 @@ class RunResult:
 # metrics.metric_value.
 METRICS: tuple[str, ...] = (
     "throughput",
+    "work_throughput",
     "failure_rate",
     "submitted",
     "completed",

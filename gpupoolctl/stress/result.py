@@ -23,6 +23,7 @@ from gpupoolctl.errors import SourceError
 from gpupoolctl.jsonsource import load_json_file
 from gpupoolctl.stress.model import (
     FORMAT,
+    LINK_CLASSES,
     PHASES,
     Distribution,
     KneePoint,
@@ -229,7 +230,31 @@ def _level(r: _Reader, d: dict[str, Any], where: str) -> LevelResult:
         else Distribution.empty(),
         # Results saved before restarts and lost nodes were counted have none: 0, as then.
         **{key: r.integer(d, key, where) for key in _RECOVERY_COUNTS if key in d},
+        # Results saved before jobs reported their own split have none: None and {}.
+        work_throughput=r.number(d, "work_throughput", where, null=True)
+        if "work_throughput" in d
+        else None,
+        comm_links=_seconds(r, d, "comm_links", where) if "comm_links" in d else {},
+        bound_by=_counts(r, d, "bound_by", where) if "bound_by" in d else {},
     )
+
+
+def _seconds(r: _Reader, d: dict[str, Any], key: str, where: str) -> dict[str, float]:
+    values = r.mapping(d, key, where)
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise r.expected(f"{where}.{key}.{name}", "a number", value)
+        if not math.isfinite(value):
+            raise r.expected(f"{where}.{key}.{name}", "a finite number", value)
+    return dict(values)
+
+
+def _counts(r: _Reader, d: dict[str, Any], key: str, where: str) -> dict[str, int]:
+    values = r.mapping(d, key, where)
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise r.expected(f"{where}.{key}.{name}", "a whole number >= 0", value)
+    return dict(values)
 
 
 _RECOVERY_COUNTS = ("restarts", "recovered", "lost_nodes")
@@ -290,6 +315,7 @@ def to_csv_rows(result: RunResult) -> list[dict[str, Any]]:
             "failed": lv.failed,
             "dropped": lv.dropped,
             "throughput": lv.throughput,
+            "work_throughput": lv.work_throughput,
             "failure_rate": lv.failure_rate,
             "restarts": lv.restarts,
             "recovered": lv.recovered,
@@ -299,6 +325,7 @@ def to_csv_rows(result: RunResult) -> list[dict[str, Any]]:
             dist: Distribution = getattr(lv, name)
             row.update({f"{name}_{stat}": dist.get(stat) for stat in _ROW_STATS})
         row.update({f"phase_{phase}": lv.phases.get(phase) for phase in PHASES})
+        row.update({f"comm_{link}": lv.comm_links.get(link) for link in LINK_CLASSES})
         row["harness_s"] = lv.harness_s
         row["thresholds_ok"] = lv.thresholds_ok
         rows.append(row)

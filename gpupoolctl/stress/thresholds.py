@@ -54,7 +54,7 @@ def metric_family(metric: str) -> str:
     """'duration', 'rate', 'throughput' or 'count': decides which units a value may carry."""
     if metric == "failure_rate":
         return "rate"
-    if metric == "throughput":
+    if metric in ("throughput", "work_throughput"):
         return "throughput"
     if metric in COUNT_METRICS:
         return "count"
