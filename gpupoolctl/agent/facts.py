@@ -11,7 +11,14 @@ from gpupoolctl.agent.drivers import open_drivers
 from gpupoolctl.hw.model import NodeFacts
 
 
-def collect(host: str, simulated: bool, allow_cli: bool = True) -> NodeFacts:
+def collect(
+    host: str,
+    simulated: bool,
+    allow_cli: bool = True,
+    network: dict[str, Any] | None = None,
+) -> NodeFacts:
+    """`network`: the node's NICs when something other than this machine's sysfs knows them
+    (a simulated node's state file); None reads sysfs."""
     drivers, warnings = open_drivers(allow_cli=allow_cli)
     try:
         gpus: list[Any] = []
@@ -34,6 +41,11 @@ def collect(host: str, simulated: bool, allow_cli: bool = True) -> NodeFacts:
             driver.close()
     for position, gpu in enumerate(gpus):
         gpu["index"] = position if len(drivers) > 1 else gpu["index"]
+    if network is None:
+        from gpupoolctl.agent.network import read_network
+
+        network, network_warnings = read_network()
+        warnings.extend(network_warnings)
     return {
         "host": host,
         "hostname": socket.gethostname(),
@@ -45,6 +57,7 @@ def collect(host: str, simulated: bool, allow_cli: bool = True) -> NodeFacts:
         "gpus": gpus,
         "topology": {"gpus": [g["uuid"] for g in gpus], "matrix": merge_blocks(blocks)},
         "warnings": warnings,
+        "network": network,
     }
 
 

@@ -36,15 +36,18 @@ def _dispatch(request: dict[str, Any]) -> Any:
         if not sim:
             raise AgentError("sim_fault is only for simulated nodes", "BadRequest")
         return sim_driver.fault(host, sim, request.get("args"))
+    state = None
     if sim:
         # A node whose state says down answers NodeDown to everything else (the
         # workstation reports it unreachable): a partition, so its jobs run on.
-        sim_driver.activate(host, sim)
+        state = sim_driver.activate(host, sim)
     if verb == "facts":
         from gpupoolctl.agent import facts
 
-        # The CLI tools of a real node must not leak into a simulated one.
-        return facts.collect(host, simulated=bool(sim), allow_cli=not sim)
+        # The CLI tools of a real node must not leak into a simulated one, nor this
+        # machine's NICs: a simulated node has the network its state file describes.
+        network = sim_driver.network(state) if state is not None else None
+        return facts.collect(host, simulated=bool(sim), allow_cli=not sim, network=network)
     if verb == "partition":
         from gpupoolctl.agent import partition
 

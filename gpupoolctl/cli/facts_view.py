@@ -139,3 +139,89 @@ def partition_text(gpu: dict[str, Any]) -> str:
     from gpupoolctl.partition.layout import current_summary
 
     return current_summary(gpu)
+
+
+# -- inventory --network ----------------------------------------------------------------------
+
+NIC_COLUMNS: tuple[Column, ...] = (
+    Column("nic", "NIC"),
+    Column("kind", "KIND"),
+    Column("speed", "SPEED", "right"),
+    Column("state", "STATE"),
+    Column("numa_node", "NUMA", "right"),
+)
+
+NIC_CSV_COLUMNS: tuple[Column, ...] = tuple(
+    Column(key, key) for key in ("host", "site", "nic", "kind", "speed_gbps", "state", "numa_node")
+)
+
+SITE_LINK_COLUMNS: tuple[Column, ...] = (
+    Column("sites", "SITES"),
+    Column("gbps", "BANDWIDTH Gb/s", "right"),
+    Column("rtt_ms", "RTT ms", "right"),
+)
+
+
+def network_document(
+    source: str, results: list[HostResult], links: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The machine-readable network view: each host's site and NICs, and the site links."""
+    counts = Counter(result.outcome for result in results)
+    from gpupoolctl.remote.results import OUTCOMES
+
+    return {
+        "inventory": source,
+        "summary": {outcome: counts.get(outcome, 0) for outcome in OUTCOMES},
+        "hosts": [
+            {
+                "name": result.name,
+                "outcome": result.outcome,
+                "error": result.error,
+                "site": result.data.get("site") if result.ok else None,
+                # None: the node's agent reported no network (an older agent).
+                "nics": nics_of(result.data) if result.ok else None,
+            }
+            for result in results
+        ],
+        "site_links": links,
+    }
+
+
+def nics_of(facts: dict[str, Any]) -> list[dict[str, Any]] | None:
+    network = facts.get("network")
+    if not isinstance(network, dict):
+        return None
+    return [nic for nic in network.get("nics") or [] if isinstance(nic, dict)]
+
+
+def nic_rows(name: str, facts: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "host": name,
+            "site": facts.get("site"),
+            "nic": nic.get("name"),
+            "kind": nic.get("kind"),
+            "speed": speed_text(nic.get("speed_gbps")),
+            "speed_gbps": nic.get("speed_gbps"),
+            "state": nic.get("state"),
+            "numa_node": nic.get("numa_node"),
+        }
+        for nic in nics_of(facts) or []
+    ]
+
+
+def speed_text(gbps: Any) -> str | None:
+    if not isinstance(gbps, int | float) or isinstance(gbps, bool):
+        return None
+    return f"{gbps:g} Gb/s"
+
+
+def site_link_rows(links: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "sites": " <-> ".join(link["sites"]),
+            "gbps": f"{link['gbps']:g}",
+            "rtt_ms": link["rtt_ms"],
+        }
+        for link in links
+    ]

@@ -136,6 +136,29 @@ class Topology(TypedDict):
     matrix: list[list[str]]
 
 
+NicKind = Literal["ethernet", "infiniband", "roce"]
+
+
+class Nic(TypedDict):
+    """One network port of a node, as sysfs describes it (gpupoolctl.agent.network).
+
+    `speed_gbps` is the negotiated line rate in Gb/s (10^9 bits per second, the unit NICs
+    are sold in; memory bandwidth elsewhere in facts is GB/s): None when the port is down or
+    the rate could not be read. `kind` "roce" is an RDMA device whose link layer is
+    Ethernet; "infiniband" an RDMA device on an InfiniBand fabric; "ethernet" a plain
+    network interface."""
+
+    name: str  # "ens1f0" (netdev) or "mlx5_0" (RDMA device; "mlx5_0/2" for its port 2)
+    kind: NicKind
+    speed_gbps: float | None
+    state: Literal["up", "down"] | None  # None: the kernel does not say
+    numa_node: int | None
+
+
+class Network(TypedDict):
+    nics: list[Nic]
+
+
 class NodeFacts(TypedDict):
     host: str
     hostname: str
@@ -147,6 +170,10 @@ class NodeFacts(TypedDict):
     gpus: list[Gpu]
     topology: Topology
     warnings: list[str]
+    network: NotRequired[Network]  # absent from agents older than the network facts
+    # The inventory's `site` var for this host. The agent does not know it: the workstation
+    # adds it to the facts that come back (gpupoolctl.remote.fanout), None when unset.
+    site: NotRequired[str | None]
 
 
 # Bandwidth classes, by peak memory bandwidth. GDDR cards (L40S: 864 GB/s) are "standard",

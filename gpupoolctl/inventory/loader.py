@@ -45,7 +45,26 @@ def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     except GraphError as exc:
         raise InventoryError(str(source), _blame_line(data, str(exc)), str(exc)) from None
     folder = source.resolve().parent
-    return build_inventory(source, data, folder / "group_vars", folder / "host_vars")
+    inventory = build_inventory(source, data, folder / "group_vars", folder / "host_vars")
+    _check_site_links(inventory)
+    return inventory
+
+
+def _check_site_links(inventory: Inventory) -> None:
+    """gpupool_site_links describes the whole pool (set on `all`): a malformed one is an
+    error of the inventory, one line naming it, not a failure of every host."""
+    from gpupoolctl.hw.sites import VAR, SiteLinkError, parse_site_links
+
+    checked: set[int] = set()  # merging is shallow: hosts share the value they inherit
+    for host in inventory.hosts.values():
+        value = host.vars.get(VAR)
+        if value is None or id(value) in checked:
+            continue
+        checked.add(id(value))
+        try:
+            parse_site_links(value)
+        except SiteLinkError as exc:
+            raise InventoryError(str(inventory.source), None, str(exc)) from None
 
 
 def _parse(source: Path, raw: bytes) -> InventoryData:

@@ -6,7 +6,9 @@
 - an SR-IOV virtual function:                                     host/gpu0/vf2
 
 Every slice also names its `island` (`host/island0`): the GPUs joined by NVLink or xGMI,
-from the node's link matrix, so placement can keep a chatty multi-GPU job inside one.
+from the node's link matrix, so placement can keep a chatty multi-GPU job inside one; and,
+when the inventory gives the host a `site` (facts["site"], added by the workstation), its
+`site`, so that a job too big for one node can stay on one site.
 
 Ids are stable: they name the GPU, the profile and the placement, so the same physical slice
 gets the same id at every refresh and a re-partitioned GPU gets new ids (old holds then show
@@ -28,16 +30,21 @@ def slices_from_facts(host: str, facts: dict[str, Any]) -> list[dict[str, Any]]:
     # The link matrix rows follow the facts' GPU order; a slice inherits its GPU's island.
     matrix = (facts.get("topology") or {}).get("matrix") or []
     numbers = islands(matrix) if len(matrix) == len(gpus) else list(range(len(gpus)))
+    site = facts.get("site")
     found: list[dict[str, Any]] = []
     for gpu, number in zip(gpus, numbers, strict=True):
-        found.extend(_gpu_slices(host, gpu, f"{host}/island{number}"))
+        found.extend(_gpu_slices(host, gpu, f"{host}/island{number}", site))
     return found
 
 
-def _gpu_slices(host: str, gpu: dict[str, Any], island: str) -> list[dict[str, Any]]:
+def _gpu_slices(
+    host: str, gpu: dict[str, Any], island: str, site: Any = None
+) -> list[dict[str, Any]]:
     base = f"{host}/gpu{gpu['index']}"
     common = {
         "island": island,
+        # Only when known: slices of hosts without a site stay as they were recorded.
+        **({"site": str(site)} if site else {}),
         "host": host,
         "gpu": gpu["index"],
         "gpu_uuid": gpu.get("uuid"),

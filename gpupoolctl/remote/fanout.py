@@ -133,6 +133,10 @@ def _run_one(
             # that `sim fault --clear` can reach it, but the host stands for one that does
             # not answer. A real host never gets this outcome from an agent's answer.
             result.outcome = UNREACHABLE
+        if result.ok and request.get("verb") == "facts" and isinstance(result.data, dict):
+            # The site is the inventory's word, not the node's: added here, where the
+            # facts of every command come back, so slices and placement know it.
+            result.data["site"] = target.site
         return result
     except HostFailure as failure:
         return HostResult(

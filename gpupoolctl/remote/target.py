@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupoolctl.errors import UsageError
+from gpupoolctl.hw.sites import VAR as SITE_LINKS_VAR
+from gpupoolctl.hw.sites import SiteLink, SiteLinkError, parse_site_links
 
 # Ansible's behavioural variables win over our short names when both are set, as the
 # longer name is the more deliberate one.
@@ -49,6 +51,10 @@ class Target:
     # Where a multi-node job's other nodes reach this one (gpupool_rendezvous_addr): the
     # cluster fabric often is not the network the workstation comes in on.
     rendezvous_addr: str | None = None
+    # The host's `site` var (None: unset), and what links the pool's sites
+    # (gpupool_site_links, set on `all`; gpupoolctl.hw.sites).
+    site: str | None = None
+    site_links: tuple[SiteLink, ...] = ()
 
     def peer_address(self) -> str:
         """The address other nodes should use for this host."""
@@ -117,7 +123,17 @@ def _target(name: str, variables: dict[str, Any]) -> Target:
         transport=transport,
         sim=sim,
         rendezvous_addr=_text(variables.get("gpupool_rendezvous_addr")),
+        site=_text(variables.get("site")),
+        site_links=_site_links(name, variables.get(SITE_LINKS_VAR)),
     )
+
+
+def _site_links(name: str, value: Any) -> tuple[SiteLink, ...]:
+    # load_inventory has checked it already; vars from elsewhere fail this host only.
+    try:
+        return parse_site_links(value)
+    except SiteLinkError as exc:
+        raise UsageError(f"host {name}: {exc}") from None
 
 
 def _check_host(name: str, host: str) -> None:

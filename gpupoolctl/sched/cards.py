@@ -179,6 +179,8 @@ def _hive(key: str, entries: list[Mapping[str, Any]]) -> AmdHive | None:
         return None
     memory_each = int(first.get("memory_mib") or 0)
     common = {k: first.get(k) for k in ("island", "host", "vendor", "model", "bandwidth_class")}
+    if first.get("site"):  # as ledger.slices: only when the inventory gives one
+        common["site"] = first["site"]
     ordered = sorted(entries, key=lambda e: int(e["gpu"]))
     return AmdHive(
         key=key,
@@ -220,6 +222,8 @@ def _card(key: str, entries: list[Mapping[str, Any]]) -> Card | None:
         for k in ("island", "host", "gpu", "gpu_uuid", "vendor", "model", "bandwidth_class")
     }
     common["gpu_memory_mib"] = memory  # MIG slices carry it (ledger.slices)
+    if first.get("site"):
+        common["site"] = first["site"]
     ids = tuple(sorted((str(e["id"]) for e in entries), key=natural))
     return Card(
         key=key,

@@ -4,8 +4,11 @@ A request for N GPUs takes N slices, each matching the request (sched.request). 
 grouping constraint the N slices are picked one at a time by the policy's rank, each pick
 seeing the earlier ones (best-fit packs a job onto the GPU/host it started on; spread
 spreads it). With a grouping level (same_island: an island; same_node: a host; topology
-with N > 1: an island if any can hold it, else a host, else anywhere) every group that can
-hold all N is scored and the best one wins. Nothing is ever held twice: only free slices
+with N > 1: an island if any can hold it, else a host, else one site, else anywhere) every
+group that can hold all N is scored and the best one wins. A site is the inventory's `site`
+of the hosts (slices carry it); hosts without one are in no site. Inside a site the slices
+come from as few hosts as can hold them, the hosts with the most free matching slices
+first. Nothing is ever held twice: only free slices
 are candidates and each is picked once. The view is changed tentatively and restored.
 """
 
@@ -50,7 +53,7 @@ def levels(request: JobRequest, policy: str) -> list[str | None]:
     if request.same_island:
         return ["island"]
     if policy == "topology" and request.gpus > 1:
-        return ["island", "host"] if request.same_node else ["island", "host", None]
+        return ["island", "host"] if request.same_node else ["island", "host", "site", None]
     if request.same_node:
         return ["host"]
     return [None]
@@ -135,7 +138,10 @@ def group_counts(
     request: JobRequest, pool: PoolView, level: str, *, free: bool = True
 ) -> dict[str, list[tuple[int, int]]]:
     """Per host or island: (memory, count) of its matching slices, smallest memory first,
-    from the per-shape counts (no slice is looked at). free=False: as if all were free."""
+    from the per-shape counts (no slice is looked at). free=False: as if all were free.
+    A site's counts are its hosts' (the host glob applies to each host)."""
+    if level == "site":
+        return _site_counts(request, pool, free=free)
     counts: dict[str, list[tuple[int, int]]] = {}
     for shape in pool.shapes_for(request):  # smallest memory first
         for group, number in pool.shape_groups(shape, level, free=free).items():
@@ -146,6 +152,20 @@ def group_counts(
             g: c for g, c in counts.items() if host_matches(pool.group_host(level, g), request)
         }
     return counts
+
+
+def _site_counts(
+    request: JobRequest, pool: PoolView, *, free: bool
+) -> dict[str, list[tuple[int, int]]]:
+    merged: dict[str, dict[int, int]] = {}
+    for host, parts in group_counts(request, pool, "host", free=free).items():
+        site = pool.host_site(host)
+        if not site:
+            continue
+        per = merged.setdefault(site, {})
+        for memory, number in parts:
+            per[memory] = per.get(memory, 0) + number
+    return {site: sorted(per.items()) for site, per in merged.items()}
 
 
 def _smallest(parts: list[tuple[int, int]], count: int) -> int:
@@ -179,7 +199,10 @@ def _grouped(
     slots = [
         s for s in pool.group_slots(level, name) if id(s.shape) in wanted and pool.is_free(s.id)
     ]
-    chosen = choose_in_group(pool, slots, request.gpus, rule)
+    if level == "site":
+        chosen = _fewest_hosts(pool, request, slots, rule)
+    else:
+        chosen = choose_in_group(pool, slots, request.gpus, rule)
     line = explain.group(
         level,
         request.gpus,
@@ -195,6 +218,23 @@ def _grouped(
         f"considered {free_total} free matching slice(s) in {len(counts)} {level}(s)",
         line,
     ]
+
+
+def _fewest_hosts(pool: PoolView, request: JobRequest, slots: list[Slot], rule: str) -> list[Slot]:
+    """The request's slices from a site's free candidates, on as few hosts as can hold them:
+    hosts with the most candidates first (ties: natural order), each host's share picked by
+    the policy's rule."""
+    by_host: dict[str, list[Slot]] = {}
+    for slot in slots:
+        if request.host is None or host_matches(slot.host, request):
+            by_host.setdefault(slot.host, []).append(slot)
+    chosen: list[Slot] = []
+    for host in sorted(by_host, key=lambda h: (-len(by_host[h]), natural(h))):
+        left = request.gpus - len(chosen)
+        if left <= 0:
+            break
+        chosen.extend(choose_in_group(pool, by_host[host], min(left, len(by_host[host])), rule))
+    return chosen
 
 
 def _no_fit(request: JobRequest, pool: PoolView, tried: list[str | None]) -> NoFit:

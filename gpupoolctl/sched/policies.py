@@ -6,7 +6,8 @@
 - spread: the least-loaded host (held memory / host memory), then the least-loaded GPU on
   it, then least memory, then the lowest id.
 - topology: best-fit, and a multi-GPU request stays in one NVLink/xGMI island when one can
-  hold it (else one host, else anywhere; same_island / same_node make that a must).
+  hold it (else one host, else one site, else anywhere; same_island / same_node make that
+  a must).
 - smallest (internal, `gpupoolctl alloc`): least memory, then the lowest id; no packing
   tie-breaks, the rule `alloc` has always documented.
 """
@@ -113,7 +114,7 @@ def group_key(
 ) -> tuple[Any, ...]:
     """Rank of a host or island that can hold the whole request; `memory` is the sum of the
     smallest matching free slices it would give, `free` how many matching slices it has."""
-    load = pool.island_load(group) if level == "island" else pool.host_load(group)
+    load = pool.group_load(level, group)
     if policy == "spread":
         return (load, memory, natural(group))
     if policy == ALLOC_POLICY:

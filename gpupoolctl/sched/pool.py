@@ -68,6 +68,7 @@ class Slot:
     island: str
     memory: int
     shape: Shape
+    site: str = ""  # the inventory's site of the host; "" when unknown (no site grouping)
 
 
 @dataclass(slots=True, eq=False)
@@ -78,8 +79,8 @@ class Shape:
     memory: int
     members: list[Slot] = field(default_factory=list)  # natural order
     totals: dict[str, dict[str, int]] = field(
-        default_factory=lambda: {"host": {}, "island": {}}
-    )  # level -> group -> slices of this shape there
+        default_factory=lambda: {"host": {}, "island": {}, "site": {}}
+    )  # level -> group -> slices of this shape there (site: only slices with a site)
 
 
 class Skeleton:
@@ -94,6 +95,9 @@ class Skeleton:
         self.gpu_slots: dict[str, list[Slot]] = {}
         self.island_slots: dict[str, list[Slot]] = {}
         self.island_host: dict[str, str] = {}
+        self.site_slots: dict[str, list[Slot]] = {}
+        self.host_site: dict[str, str] = {}
+        self.total_site: dict[str, int] = {}
         self.total_host: dict[str, int] = {}
         self.total_gpu: dict[str, int] = {}
         self.total_island: dict[str, int] = {}
@@ -117,7 +121,8 @@ class Skeleton:
                 self.shapes.append(shape)
             gpu = _gpu_key(entry)
             island = str(entry.get("island") or gpu)
-            slot = Slot(sid, natural(sid), host, gpu, island, memory, shape)
+            site = str(entry.get("site") or "")
+            slot = Slot(sid, natural(sid), host, gpu, island, memory, shape, site)
             shape.members.append(slot)
             self.slices[sid] = entry
             self.slots[sid] = slot
@@ -126,6 +131,11 @@ class Skeleton:
             self.gpu_slots.setdefault(gpu, []).append(slot)
             self.island_slots.setdefault(island, []).append(slot)
             self.island_host[island] = host
+            if site:
+                self.site_slots.setdefault(site, []).append(slot)
+                self.host_site[host] = site
+                shape.totals["site"][site] = shape.totals["site"].get(site, 0) + 1
+                self.total_site[site] = self.total_site.get(site, 0) + memory
             shape.totals["host"][host] = shape.totals["host"].get(host, 0) + 1
             shape.totals["island"][island] = shape.totals["island"].get(island, 0) + 1
             self.total_host[host] = self.total_host.get(host, 0) + memory
@@ -192,6 +202,7 @@ class PoolView:
         self._held_mem_host: dict[str, int] = {}
         self._held_mem_gpu: dict[str, int] = {}
         self._held_mem_island: dict[str, int] = {}
+        self._held_mem_site: dict[str, int] = {}
         # Per shape index, built on first use: four tier lists, free count, free per host.
         self._tiers: dict[int, list[list[Nat]]] = {}
         self._shape_free: dict[int, int] = {}
@@ -255,6 +266,21 @@ class PoolView:
     def island_load(self, island: str) -> float:
         total = self._sk.total_island.get(island, 0)
         return self._held_mem_island.get(island, 0) / total if total else 0.0
+
+    def site_load(self, site: str) -> float:
+        total = self._sk.total_site.get(site, 0)
+        return self._held_mem_site.get(site, 0) / total if total else 0.0
+
+    def group_load(self, level: str, group: str) -> float:
+        if level == "island":
+            return self.island_load(group)
+        if level == "site":
+            return self.site_load(group)
+        return self.host_load(group)
+
+    def host_site(self, host: str) -> str:
+        """The host's site, "" when its slices name none."""
+        return self._sk.host_site.get(host, "")
 
     def slot(self, slice_id: str) -> Slot:
         return self._sk.slots[slice_id]
@@ -349,6 +375,8 @@ class PoolView:
         self._held_mem_host[slot.host] = self._held_mem_host.get(slot.host, 0) + memory
         self._held_mem_gpu[slot.gpu] = self._held_mem_gpu.get(slot.gpu, 0) + memory
         self._held_mem_island[slot.island] = self._held_mem_island.get(slot.island, 0) + memory
+        if slot.site:
+            self._held_mem_site[slot.site] = self._held_mem_site.get(slot.site, 0) + memory
         self._held_gpu[slot.gpu] = self._held_gpu.get(slot.gpu, 0) + step
         self._held_host[slot.host] = self._held_host.get(slot.host, 0) + step
 
@@ -424,6 +452,8 @@ class PoolView:
         return self._sk.island_host[group] if level == "island" else group
 
     def group_slots(self, level: str, group: str) -> list[Slot]:
+        if level == "site":
+            return self._sk.site_slots.get(group, [])
         return (self._sk.island_slots if level == "island" else self._sk.host_slots).get(group, [])
 
     def heads(self, shape: Shape) -> tuple[int, Nat] | None:

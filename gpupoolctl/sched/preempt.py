@@ -70,20 +70,25 @@ def _per_group(
     victims: list[Holder],
     now: datetime,
 ) -> list[list[Holder]]:
-    def group_of(slot: Slot) -> str:
+    def group_of(slot: Slot) -> str | None:
         if level is None:
             return ""
+        if level == "site":
+            return slot.site or None  # a host with no site is in no site group
         return slot.island if level == "island" else slot.host
 
     free_in: dict[str, int] = {}
     for slot in free:
-        free_in[group_of(slot)] = free_in.get(group_of(slot), 0) + 1
+        group = group_of(slot)
+        if group is not None:
+            free_in[group] = free_in.get(group, 0) + 1
     gains: dict[str, dict[str, int]] = {}  # group -> alloc -> matching slices it would free
     for holder in victims:
         for sid in holder.slices:
             slot = matching.get(sid)
-            if slot is not None:
-                per = gains.setdefault(group_of(slot), {})
+            group = group_of(slot) if slot is not None else None
+            if group is not None:
+                per = gains.setdefault(group, {})
                 per[holder.alloc] = per.get(holder.alloc, 0) + 1
     by_alloc = {h.alloc: h for h in victims}
     found = []

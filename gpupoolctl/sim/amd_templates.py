@@ -47,6 +47,28 @@ _MI300X_BUSES: tuple[int, ...] = (0x05, 0x26, 0x46, 0x65, 0x85, 0xA6, 0xC6, 0xE5
 _AMD_VENDOR_ID = 0x1002
 
 
+# MI300X node NICs (name, kind, Gb/s, NUMA node), as the agent would read them from sysfs.
+# The ROCm documentation's multi-node MI300X/MI325X set-up (vLLM distributed inference with
+# MoRI) gives each node eight ConnectX-7 NICs, one per GPU; the MI355X guides use AMD
+# Pensando Pollara 400 NICs the same way. The sim takes eight 400 GbE ports on an Ethernet
+# RDMA fabric (RoCE in sysfs), four per socket beside their GPUs: 400 Gb/s is the ConnectX-7
+# and Pollara 400 single-port rate. Front-end: one 10 GbE port, as AMD's MLPerf Inference
+# v4.1 description of its 8x MI300X system lists (a Broadcom BCM57416 10G controller).
+_MI300X_NICS: tuple[tuple[str, str, float, int], ...] = (
+    *((f"mlx5_{i}", "roce", 400.0, i // 4) for i in range(8)),
+    ("eno1", "ethernet", 10.0, 0),
+)
+
+
+def _network() -> dict[str, Any]:
+    return {
+        "nics": [
+            {"name": name, "kind": kind, "speed_gbps": gbps, "state": "up", "numa_node": numa}
+            for name, kind, gbps, numa in _MI300X_NICS
+        ]
+    }
+
+
 def _digest(*parts: object) -> str:
     text = "|".join(str(p) for p in parts)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -95,12 +117,13 @@ def _mi300x_node(host: str, sriov: dict[str, Any] | None) -> dict[str, Any]:
     # All eight OAMs of a UBB form one xGMI hive, fully connected (one hop between any pair).
     hive = "0x" + _digest("hive", host)[:16]
     return {
+        "network": _network(),
         "amd": {
             "driver_version": "6.10.5",
             "lib_version": [26, 0, 2],
             "gpus": [_mi300x_gpu(host, i, hive, sriov) for i in range(8)],
             "faults": [],
-        }
+        },
     }
 
 

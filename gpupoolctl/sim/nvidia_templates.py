@@ -60,6 +60,56 @@ _L40S = {
 }
 
 
+# NICs per machine class: (name, kind, Gb/s, NUMA node), as the agent would read them from
+# sysfs (gpupoolctl.agent.network). Every port is up at its rated speed after a reset.
+#
+# DGX H100, after the NVIDIA DGX H100 user guide and datasheet (networking section): the
+# compute fabric is eight single-port ConnectX-7 adapters, NDR InfiniBand at 400 Gb/s each
+# (one per GPU, four per CPU socket, reached through four twin-port OSFP cages); storage and
+# in-band management are two dual-port ConnectX-7 cards (QSFP112, up to 400 Gb/s a port,
+# InfiniBand or Ethernet), one per socket; out-of-band there is a 10 Gb/s onboard RJ45 NIC
+# (the BMC's own port is not a host interface). The sim runs the storage cards as Ethernet
+# (so RoCE in sysfs) at 200 Gb/s: the guide allows up to 400, the choice is ours.
+_DGX_H100_NICS: tuple[tuple[str, str, float, int], ...] = (
+    *((f"mlx5_{i}", "infiniband", 400.0, i // 4) for i in range(8)),
+    ("mlx5_8", "roce", 200.0, 0),
+    ("mlx5_9", "roce", 200.0, 0),
+    ("mlx5_10", "roce", 200.0, 1),
+    ("mlx5_11", "roce", 200.0, 1),
+    ("eno3", "ethernet", 10.0, 0),
+)
+# A100 PCIe server (a generic 2-socket, 4-GPU PCIe box; no vendor sells "the" one): one
+# dual-port ConnectX-6 Dx, 100 GbE a port per its datasheet (RoCE in sysfs), on socket 0,
+# and a 10 GbE onboard port for management. An assumption about a typical build, not a spec.
+_A100_PCIE_NICS: tuple[tuple[str, str, float, int], ...] = (
+    ("mlx5_0", "roce", 100.0, 0),
+    ("mlx5_1", "roce", 100.0, 0),
+    ("eno1", "ethernet", 10.0, 0),
+)
+# L40S server: NVIDIA's Enterprise Reference Architecture for PCIe servers names its
+# configurations sockets-GPUs-NICs, and the four-GPU one is "2-4-3": three network adapters
+# for four GPUs. The sim takes two ConnectX-7 at 200 GbE for east-west (one per PCIe switch,
+# next to each GPU pair) and a BlueField-3 at 200 GbE for north-south (all RoCE in sysfs; the
+# L40S template has every GPU on socket 0), plus a 10 GbE onboard management port. The
+# 200 Gb/s speed is the RA's class of adapter, our reading; the exact cards vary by vendor.
+_L40S_NICS: tuple[tuple[str, str, float, int], ...] = (
+    ("mlx5_0", "roce", 200.0, 0),
+    ("mlx5_1", "roce", 200.0, 0),
+    ("mlx5_2", "roce", 200.0, 0),
+    ("eno1", "ethernet", 10.0, 0),
+)
+
+
+def network(nics: tuple[tuple[str, str, float, int], ...]) -> dict[str, Any]:
+    """A template's NICs as the state file's `network` section (and the facts' shape)."""
+    return {
+        "nics": [
+            {"name": name, "kind": kind, "speed_gbps": gbps, "state": "up", "numa_node": numa}
+            for name, kind, gbps, numa in nics
+        ]
+    }
+
+
 def _digest(host: str, index: int) -> str:
     return hashlib.sha1(f"{host}/nvidia/{index}".encode()).hexdigest()
 
@@ -113,15 +163,18 @@ def _gpu(
     }
 
 
-def _section(gpus: list[dict[str, Any]]) -> dict[str, Any]:
+def _section(
+    gpus: list[dict[str, Any]], nics: tuple[tuple[str, str, float, int], ...]
+) -> dict[str, Any]:
     return {
+        "network": network(nics),
         "nvidia": {
             "driver_version": DRIVER_VERSION,
             "nvml_version": f"12.{DRIVER_VERSION}",
             "cuda_driver_version": 12080,
             "gpus": gpus,
             "faults": [],
-        }
+        },
     }
 
 
@@ -161,7 +214,7 @@ def dgx_h100(host: str) -> dict[str, Any]:
         )
         for i, bus in enumerate(_DGX_H100_BUSES)
     ]
-    return _section(gpus)
+    return _section(gpus, _DGX_H100_NICS)
 
 
 def dgx_h100_mig(host: str) -> dict[str, Any]:
@@ -193,7 +246,7 @@ def a100_pcie_4(host: str) -> dict[str, Any]:
         for i, bus in enumerate(buses)
     ]
     _enable_mig(gpus[3], [(9, 4, 2), (14, 0, 1), (14, 2, 1)])
-    return _section(gpus)
+    return _section(gpus, _A100_PCIE_NICS)
 
 
 def l40s_4(host: str) -> dict[str, Any]:
@@ -211,7 +264,7 @@ def l40s_4(host: str) -> dict[str, Any]:
         )
         for i, bus in enumerate(buses)
     ]
-    return _section(gpus)
+    return _section(gpus, _L40S_NICS)
 
 
 TEMPLATES: dict[str, Callable[[str], dict[str, Any]]] = {

@@ -27,6 +27,13 @@ class SimState(StateFile):
             if path.exists():
                 state = cls.load(path)
                 if state.template == template:
+                    if "network" not in state.data:
+                        # Written before templates had NICs: add the template's, leaving
+                        # everything else (MIG layouts, jobs) as it is.
+                        network = build_initial(host, template).get("network")
+                        if network is not None:
+                            state.data["network"] = network
+                            state._write()
                     return state
             state = cls(path, build_initial(host, template))
             state._write()

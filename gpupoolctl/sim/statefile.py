@@ -1,6 +1,8 @@
 """The JSON state file behind one simulated node: reading, locking and saving it.
 
-Layout: {"version": 1, "host": str, "template": str, "nvidia": {...}?, "amd": {...}?}
+Layout: {"version": 1, "host": str, "template": str, "nvidia": {...}?, "amd": {...}?,
+"network": {"nics": [Nic, ...]}} (Nic: gpupoolctl.hw.model; the agent reports these as the
+node's network facts, and sim workloads read them to model inter-node bandwidth).
 Each vendor section belongs to its fake module (gpupoolctl.sim.pynvml / gpupoolctl.sim.amdsmi).
 Writes are atomic (temp file, fsync, rename) under an exclusive flock on a side lock file, so
 two agents acting on the same simulated node never interleave.

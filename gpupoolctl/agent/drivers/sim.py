@@ -23,10 +23,10 @@ def _open(host: str, sim: dict[str, Any]) -> Any:
         raise AgentError(str(exc.args[0]) if exc.args else str(exc), "SimError") from exc
 
 
-def activate(host: str, sim: dict[str, Any]) -> None:
-    """Load (or create from its template) the node's state and install the fake modules.
-    A node its state says is down raises NodeDown, which the workstation reports as
-    unreachable (for simulated hosts only)."""
+def activate(host: str, sim: dict[str, Any]) -> Any:
+    """Load (or create from its template) the node's state and install the fake modules;
+    returns the state. A node its state says is down raises NodeDown, which the
+    workstation reports as unreachable (for simulated hosts only)."""
     from gpupoolctl import sim as simulation
     from gpupoolctl.sim.faults import is_down
 
@@ -38,6 +38,14 @@ def activate(host: str, sim: dict[str, Any]) -> None:
             "NodeDown",
         )
     simulation.activate(state)
+    return state
+
+
+def network(state: Any) -> dict[str, Any]:
+    """The simulated node's NICs, from its state file (the `network` section)."""
+    section = state.data.get("network")
+    nics = section.get("nics") if isinstance(section, dict) else None
+    return {"nics": [dict(nic) for nic in nics if isinstance(nic, dict)] if nics else []}
 
 
 def fault(host: str, sim: dict[str, Any], args: Any) -> dict[str, Any]:
