@@ -29,7 +29,9 @@ def launch(jobs: JobsCore, job: dict[str, Any]) -> dict[str, Any]:
                 "job_id": node["node_id"],
                 "argv": job["argv"],
                 "env": {
-                    **rendezvous.node_env(job["id"], nodes_of_job, index, address),
+                    **rendezvous.node_env(
+                        job["id"], nodes_of_job, index, address, jobs.nodes.targets
+                    ),
                     **(job.get("env") or {}),
                     **restarts.run_env(job),  # the pool's own: not overridden by --env
                 },

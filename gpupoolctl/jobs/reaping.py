@@ -127,6 +127,12 @@ def _finish(
         "nodes": nodes,
         "signal": next((s.get("signal") for s in statuses if s.get("signal")), None),
     }
+    # The job's own account of its time (train's report.json), numbers only: no user text.
+    from gpupoolctl.agent.workloads.report import merge
+
+    summary = merge([s.get("report") for s in statuses])
+    if summary is not None:
+        final["report"] = summary
     tx.release(current["alloc"])
     preempt = current.get("preempt")
     mark = current.get("cancel") or preempt

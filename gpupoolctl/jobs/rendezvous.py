@@ -8,7 +8,9 @@ Node 0 (the first host of the placement) is the rendezvous point.
 
 from __future__ import annotations
 
+import json
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
 # torchrun's default port is 29500; each job gets its own port from a span above it, so
@@ -22,9 +24,18 @@ def rendezvous_port(job_id: str) -> int:
     return BASE_PORT + zlib.crc32(job_id.encode()) % PORT_SPAN
 
 
-def node_env(job_id: str, nodes: list[dict[str, Any]], index: int, address: str) -> dict[str, str]:
+def node_env(
+    job_id: str,
+    nodes: list[dict[str, Any]],
+    index: int,
+    address: str,
+    targets: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
     """The variables for node `index` of `nodes` (the job's per-host records), whose node 0
-    is reached at `address`."""
+    is reached at `address`. With the job's `targets` (host -> remote.Target), also where
+    each node is: GPUPOOL_NODE_SITES (a comma list parallel to GPUPOOL_NODES, empty where a
+    host has no site) and GPUPOOL_SITE_LINKS (JSON [{"sites": [a, b], "gbps", "rtt_ms"}], the
+    links between the sites the job spans), for workloads that model the WAN (train)."""
     port = str(rendezvous_port(job_id))
     count, rank = str(len(nodes)), str(index)
     gpus = str(len(nodes[index].get("slices") or []))
@@ -44,4 +55,23 @@ def node_env(job_id: str, nodes: list[dict[str, Any]], index: int, address: str)
         "PET_NPROC_PER_NODE": gpus,
         "PET_MASTER_ADDR": address,
         "PET_MASTER_PORT": port,
+        **(_site_env(nodes, targets) if targets is not None else {}),
+    }
+
+
+def _site_env(nodes: list[dict[str, Any]], targets: Mapping[str, Any]) -> dict[str, str]:
+    sites = []
+    links: dict[tuple[str, str], dict[str, Any]] = {}
+    for node in nodes:
+        target = targets.get(str(node["host"]))
+        site = getattr(target, "site", None)
+        sites.append(site if isinstance(site, str) else "")
+        for link in getattr(target, "site_links", ()) or ():
+            pair = tuple(sorted(str(s) for s in link.sites))
+            links[pair] = {"sites": list(pair), "gbps": link.gbps, "rtt_ms": link.rtt_ms}
+    spanned = {s for s in sites if s}
+    wanted = [v for pair, v in sorted(links.items()) if set(pair) <= spanned]
+    return {
+        "GPUPOOL_NODE_SITES": ",".join(sites),
+        "GPUPOOL_SITE_LINKS": json.dumps(wanted, sort_keys=True),
     }

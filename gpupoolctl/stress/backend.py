@@ -57,6 +57,12 @@ class Finished:
     # "launch": starting it); they replace what the runner would infer, and the ticket's.
     phases: dict[str, float] = field(default_factory=dict)
     restarts: int = 0  # times the job was run again (after a failure exit or a lost node)
+    # What the job reported of itself (the train workload's report): work units done,
+    # communication seconds per link class, and the link class that bounded it. Its compute
+    # and communication seconds come as phases "compute" and "comm".
+    work: float | None = None
+    comm_links: dict[str, float] = field(default_factory=dict)
+    bound_by: str | None = None
 
 
 @dataclass

@@ -526,7 +526,7 @@ def finished_from(record: dict[str, Any], now: float) -> Finished:
     restarts = record.get("restarts")
     if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
         restarts = 0
-    return Finished(
+    finished = Finished(
         ok=state == "done",
         started=started,
         ended=now,
@@ -534,6 +534,25 @@ def finished_from(record: dict[str, Any], now: float) -> Finished:
         run_s=run_s,
         restarts=restarts,
     )
+    apply_report(finished, record.get("report"))
+    return finished
+
+
+def apply_report(finished: Finished, report: Any) -> None:
+    """A job's own report (the numeric summary the reaper kept on its final record, see
+    gpupoolctl.agent.workloads.report) -> phases compute/comm, comm_links, work, bound_by."""
+    from gpupoolctl.agent.workloads.report import summary
+
+    usable = summary(report)
+    if usable is None:
+        return
+    for key, phase in (("compute_s", "compute"), ("comm_s", "comm")):
+        if key in usable:
+            finished.phases[phase] = usable[key]
+    if "samples" in usable:
+        finished.work = float(usable["samples"])
+    finished.comm_links = dict(usable.get("comm_links") or {})
+    finished.bound_by = usable.get("bound_by")
 
 
 def unexplained(record: dict[str, Any]) -> bool:

@@ -187,6 +187,9 @@ class Ramp:
             sample.ok = finished.ok
             sample.error = finished.error
             sample.restarts = finished.restarts
+            sample.work = finished.work
+            sample.comm_links = dict(finished.comm_links)
+            sample.bound_by = finished.bound_by
             if finished.run_s is not None:
                 sample.phases["run"] = finished.run_s
             sample.phases.update(finished.phases)

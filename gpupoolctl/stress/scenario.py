@@ -245,6 +245,13 @@ FILE_WORKLOAD_KEYS: dict[str, dict[str, str]] = {
     "sleep": {"seconds": "seconds"},
     "cmd": {"argv": "argv"},
     "matmul": {"seconds": "seconds", "size": "size", "dtype": "dtype"},
+    "train": {
+        "params": "params",
+        "batch": "batch",
+        "steps": "steps",
+        "flops_per_sample": "flops_per_sample",
+        "time_scale": "time_scale",
+    },
 }
 
 

@@ -6,13 +6,14 @@ gpupoolctl.agent.workloads); `cmd` runs any command line. Errors are UsageErrors
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupoolctl.agent.workloads import WORKLOAD_COMMAND, matmul, sim
+from gpupoolctl.agent.workloads import WORKLOAD_COMMAND, matmul, sim, train
 from gpupoolctl.errors import UsageError
 from gpupoolctl.ledger.units import parse_memory_mib
 from gpupoolctl.sched.request import JobRequest, parse_priority
@@ -33,7 +34,7 @@ __all__ = [
     "shape_from_dict",
 ]
 
-WORKLOAD_KINDS = ("sim", "sleep", "cmd", "matmul")
+WORKLOAD_KINDS = ("sim", "sleep", "cmd", "matmul", "train")
 # The node's own limits (its workloads refuse anything else): checked here first, so that a
 # bad scenario fails on the workstation before any job is sent. The agent's workload modules
 # are stdlib only and define nothing but constants and functions at import.
@@ -52,6 +53,21 @@ _WORKLOAD_DEFAULTS: dict[str, dict[str, Any]] = {
     "sleep": {"seconds": 1.0},
     "cmd": {"argv": None},
     "matmul": {"seconds": 10.0, "size": 4096, "dtype": "float16"},
+    "train": {
+        "params": train.DEFAULT_PARAMS,
+        "batch": train.DEFAULT_BATCH,
+        "steps": train.DEFAULT_STEPS,
+        "flops_per_sample": None,
+        "time_scale": 1.0,
+    },
+}
+# train's arguments: (lowest, highest, whole number, may be None)
+_TRAIN_LIMITS: dict[str, tuple[float, float, bool, bool]] = {
+    "params": (1.0, train.MAX_PARAMS, False, False),
+    "batch": (1, train.MAX_BATCH, True, False),
+    "steps": (1, train.MAX_STEPS, True, False),
+    "flops_per_sample": (1.0, 1e21, False, True),
+    "time_scale": (1e-6, train.MAX_TIME_SCALE, False, False),
 }
 
 
@@ -61,6 +77,23 @@ def check_workload_arg(kind: str, key: str, value: Any) -> Any:
     valid = _WORKLOAD_DEFAULTS[kind]
     if key not in valid:
         raise UsageError(f"workload {kind}: unknown argument {key!r}; valid: {', '.join(valid)}")
+    if kind == "train":
+        low, high, whole, nullable = _TRAIN_LIMITS[key]
+        if value is None and nullable:
+            return None
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value)  # 1.3e9 reads as text in YAML 1.1
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not is_number or not math.isfinite(value) or not low <= value <= high:
+            raise UsageError(
+                f"workload train {key}: expected a number within {low:g}..{high:g}, got {value!r}"
+            )
+        if whole:
+            if value != int(value):
+                raise UsageError(f"workload train {key}: expected a whole number, got {value!r}")
+            return int(value)
+        return float(value)
     if key in ("work_s", "seconds"):
         most = MAX_MATMUL_SECONDS if kind == "matmul" else MAX_WORK_S
         return bounded_seconds(value, f"workload {kind} {key}", allow_zero=False, most=most)
@@ -110,7 +143,8 @@ class Workload:
     """What each job runs. `args` is completed with the kind's defaults and checked:
     sim: work_s (1.0, in (0, 3600]), sigma, kappa (0..1 or None for the node's default);
     sleep: seconds (1.0); cmd: argv (required, non-empty); matmul: seconds (10), size
-    (4096), dtype (float16, bfloat16 or float32)."""
+    (4096), dtype (float16, bfloat16 or float32); train: params (1e9), batch (4 per GPU),
+    steps (20), flops_per_sample (None: 6 * params * 512 tokens), time_scale (1.0)."""
 
     kind: str = "sim"
     args: dict[str, Any] = field(default_factory=dict)
@@ -140,6 +174,22 @@ class Workload:
             return list(args["argv"])
         if self.kind == "sleep":
             return ["sleep", number_text(args["seconds"])]
+        if self.kind == "train":
+            out = [
+                WORKLOAD_COMMAND,
+                "train",
+                "--params",
+                f"{args['params']:g}",
+                "--batch",
+                str(args["batch"]),
+                "--steps",
+                str(args["steps"]),
+                "--time-scale",
+                f"{args['time_scale']:g}",
+            ]
+            if args["flops_per_sample"] is not None:
+                out += ["--flops-per-sample", f"{args['flops_per_sample']:g}"]
+            return out
         if self.kind == "matmul":
             return [
                 WORKLOAD_COMMAND,

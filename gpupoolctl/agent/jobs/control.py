@@ -58,6 +58,15 @@ def status(root: Path, job_id: str, fence: bool = False) -> dict[str, Any]:
             error=exited.get("error"),
             reason=exited.get("reason"),  # "time-limit": ended at its time limit
         )
+        # What the job said of itself (a built-in workload's report.json), in the same
+        # answer: no extra round trip. Bounded; a malformed one is left out with a note.
+        from gpupoolctl.agent.workloads import report
+
+        found, note = report.read(folder)
+        if found is not None:
+            out["report"] = found
+        elif note is not None:
+            out["report_note"] = note
         return out
     if started:
         wrapper = proc.alive(int(started.get("wrapper_pid") or 0), started.get("wrapper_start"))

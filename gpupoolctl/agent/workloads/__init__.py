@@ -11,9 +11,16 @@ the node's own python and the payload first on PYTHONPATH (see gpupoolctl.agent.
                                      progress to $GPUPOOL_CHECKPOINT_DIR and resumes from it
     matmul  [--seconds S] [--size N] [--dtype float16|bfloat16|float32]
                                      a GPU burn with PyTorch or CuPy, whichever imports
+    train   [--params N] [--batch B] [--steps S] [--flops-per-sample F] [--time-scale X]
+            [--checkpoint-every K] [--rendezvous-timeout S]
+                                     data-parallel training steps over all of the job's GPUs
+                                     and nodes: compute + ring all-reduce, modelled on the
+                                     sim (gpupoolctl.agent.workloads.train), torch.distributed
+                                     on real nodes; writes $GPUPOOL_JOB_DIR/report.json
 
 Each prints one JSON line on stdout when it ends. Exit codes: 0 done, 1 the work did not
-finish (a hard stop), 2 bad arguments, 3 this node cannot run the workload.
+finish (a hard stop), 2 bad arguments, 3 this node cannot run the workload, 4 the job's
+nodes did not meet (train: a peer never came, or left).
 
 Stdlib only, and importable by the python 3.8 a node may have. The agent itself imports only
 this module (for WORKLOAD_COMMAND); the workloads run in the job's own process.
@@ -22,7 +29,7 @@ this module (for WORKLOAD_COMMAND); the workloads run in the job's own process.
 from __future__ import annotations
 
 WORKLOAD_COMMAND = "gpupoolctl-workload"  # argv[0] of a launch request that asks for one
-WORKLOADS = ("sleep", "sim", "matmul")
+WORKLOADS = ("sleep", "sim", "matmul", "train")
 
 
 # What runs a workload. Not `python -m`: that puts the job's working folder first on sys.path,
@@ -48,3 +55,4 @@ EXIT_OK = 0
 EXIT_UNFINISHED = 1
 EXIT_USAGE = 2
 EXIT_UNSUPPORTED = 3
+EXIT_RENDEZVOUS = 4

@@ -56,7 +56,7 @@ def _integer(low: int, high: int) -> Callable[[str], int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gpupoolctl.agent.workloads import matmul, sim
+    from gpupoolctl.agent.workloads import matmul, sim, train
 
     parser = _Parser(
         prog=WORKLOAD_COMMAND,
@@ -97,6 +97,47 @@ def build_parser() -> argparse.ArgumentParser:
     burn.add_argument("--seconds", type=_number(0, matmul.MAX_SECONDS), default=10.0)
     burn.add_argument("--size", type=_integer(matmul.MIN_SIZE, matmul.MAX_SIZE), default=4096)
     burn.add_argument("--dtype", choices=matmul.DTYPES, default="float16")
+
+    steps = workloads.add_parser(
+        "train", help="data-parallel training steps: compute + ring all-reduce of the gradients"
+    )
+    steps.add_argument(
+        "--params",
+        type=_number(0, train.MAX_PARAMS),
+        default=train.DEFAULT_PARAMS,
+        help=f"model parameters (default {train.DEFAULT_PARAMS:g}); bf16 gradients, 2 bytes each",
+    )
+    steps.add_argument(
+        "--batch",
+        type=_integer(1, train.MAX_BATCH),
+        default=train.DEFAULT_BATCH,
+        help=f"samples per GPU per step (default {train.DEFAULT_BATCH})",
+    )
+    steps.add_argument("--steps", type=_integer(1, train.MAX_STEPS), default=train.DEFAULT_STEPS)
+    steps.add_argument(
+        "--flops-per-sample",
+        type=_number(0, 1e21),
+        help=f"training FLOPs per sample (default 6 * params * {train.DEFAULT_TOKENS} tokens)",
+    )
+    steps.add_argument(
+        "--time-scale",
+        type=_number(0, train.MAX_TIME_SCALE),
+        default=1.0,
+        help="sim: wall seconds per modelled second (default 1)",
+    )
+    steps.add_argument(
+        "--checkpoint-every",
+        type=_integer(1, train.MAX_STEPS),
+        default=train.DEFAULT_CHECKPOINT_STEPS,
+        help="steps between saves to $GPUPOOL_CHECKPOINT_DIR "
+        f"(default {train.DEFAULT_CHECKPOINT_STEPS})",
+    )
+    steps.add_argument(
+        "--rendezvous-timeout",
+        type=_number(0, 3600),
+        default=train.DEFAULT_RENDEZVOUS_S,
+        help=f"seconds to wait for the job's other nodes (default {train.DEFAULT_RENDEZVOUS_S:g})",
+    )
     return parser
 
 
@@ -131,7 +172,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpupoolctl.agent.workloads import matmul
 
         return matmul.run(args.seconds, args.size, args.dtype, sys.stdout, sys.stderr)
-    parser.error("name a workload: sleep, sim or matmul")
+    if args.workload == "train":
+        from gpupoolctl.agent.workloads import train
+
+        options = train.Options(
+            params=args.params,
+            batch=args.batch,
+            steps=args.steps,
+            flops_per_sample=args.flops_per_sample,
+            time_scale=args.time_scale,
+            checkpoint_every=args.checkpoint_every,
+            rendezvous_timeout=args.rendezvous_timeout,
+        )
+        return train.run(options, os.environ, sys.stdout, sys.stderr)
+    parser.error("name a workload: sleep, sim, matmul or train")
 
 
 if __name__ == "__main__":
