@@ -204,7 +204,7 @@ def _show(settings: Settings, result: RunResult, *, plot: bool, baseline: Any = 
     csv_rows = results.to_csv_rows(result)
     emit(
         settings,
-        data=results.to_dict(result),
+        data=_result_data(result),
         rows=csv_rows if as_csv else report_text.level_rows(result),
         columns=_level_columns(result),
         csv_columns=tuple(Column(k, k) for k in (list(csv_rows[0]) if csv_rows else ["level"])),
@@ -212,10 +212,23 @@ def _show(settings: Settings, result: RunResult, *, plot: bool, baseline: Any = 
     )
     if settings.rich_tables or settings.resolved_output().value == "table":
         lines = report_text.knee_lines(result.knees)
+        lines += report_text.bottleneck_lines(result)
         if plot:
             lines.append(report_text.terminal_plot(result, baseline, color=sys.stdout.isatty()))
         for line in lines:
             sys.stdout.write(line + "\n")
+
+
+def _result_data(result: RunResult) -> dict[str, Any]:
+    """The run as saved, and the bottleneck found in it (derived, never saved: a result
+    file holds measurements only)."""
+    from gpupoolctl.stress import result as results
+    from gpupoolctl.stress.bottleneck import find_bottleneck
+
+    data = results.to_dict(result)
+    found = find_bottleneck(result.levels, result.knees)
+    data["bottleneck"] = found.to_dict() if found is not None else None
+    return data
 
 
 @app.command("ramp")
@@ -477,6 +490,15 @@ def compare(
             "warning (otherwise exit 1: the numbers measure different things).",
         ),
     ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            "--report",
+            help="Write a self-contained HTML report here: the run's curves over the "
+            "baseline's, and each run's bottleneck (written whatever the verdict).",
+        ),
+    ] = None,
 ) -> None:
     """Compare a ramp with a baseline: exit 4 when throughput dropped, queue wait grew or the
     knee moved earlier beyond the tolerances, or when the run lacks baseline levels or
@@ -485,6 +507,8 @@ def compare(
     from gpupoolctl.stress import result as results
 
     settings: Settings = ctx.obj
+    if html is not None and html.is_dir():
+        raise UsageError(f"--html {html}: is a folder; give the file to write")
     tolerances = comparing.parse_tolerances(tolerance or "")
     current = results.load(result_file)
     baseline = results.load(baseline_file)
@@ -517,6 +541,11 @@ def compare(
     )
     for sentence in [*comparison.regressions, *comparison.incomplete]:
         warn(sentence)
+    if html is not None:
+        from gpupoolctl.stress import report_html
+
+        report_html.write_html(current, html, baseline)
+        notice(f"report written to {html}", quiet=settings.quiet)
     if comparison.failed:
         raise typer.Exit(int(ExitCode.CHECK_FAILED))
 

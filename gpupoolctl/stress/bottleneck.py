@@ -183,7 +183,14 @@ class Bottleneck:
     def shares_text(self) -> str:
         """'queue 80%, run 15%, launch 3.1%, ...' at the knee, largest first."""
         ranked = sorted(self.shares_at_knee.items(), key=lambda kv: -kv[1])
-        return ", ".join(f"{SHORT_WORDS.get(p, p)} {format_percent(s)}" for p, s in ranked)
+        parts = []
+        for phase, share in ranked:
+            text = f"{SHORT_WORDS.get(phase, phase)} {format_percent(share)}"
+            if phase == "comm" and self.links_at_knee:
+                links = sorted(self.links_at_knee.items(), key=lambda kv: -kv[1])
+                text += f" ({', '.join(f'{k} {format_percent(v)}' for k, v in links)})"
+            parts.append(text)
+        return ", ".join(parts)
 
 
 def _finite(value: Any) -> Any:
@@ -231,9 +238,10 @@ def find_bottleneck(levels: Sequence[LevelResult], knees: Knees | None) -> Bottl
     at_base = time_split(base, split=split)
     at_knee = time_split(knee, split=split)
     shares = _shares(at_knee, knee)
-    links = link_split(knee)
-    whole = _whole(at_knee, knee)
-    link_shares = {k: v / whole for k, v in links.items()} if whole > 0 else {}
+    links = link_split(knee) if "comm" in at_knee else {}
+    carried = math.fsum(links.values())
+    # Each link's share of the comm share: never more than the comm share in all.
+    link_shares = {k: shares["comm"] * v / carried for k, v in links.items()} if carried else {}
     unknown = [p for p in _EXPECTED if p not in base.phases or p not in knee.phases]
     unknown = [p for p in unknown if not (p == "run" and split)]
 
@@ -266,10 +274,6 @@ def find_bottleneck(levels: Sequence[LevelResult], knees: Knees | None) -> Bottl
     )
     result.sentence = _sentence(result, measured, base, knee)
     return result
-
-
-def _whole(split: dict[str, float], level: LevelResult) -> float:
-    return max(math.fsum(split.values()), _num(level.turnaround.mean) or 0.0)
 
 
 def _dominant_link(level: LevelResult) -> str | None:

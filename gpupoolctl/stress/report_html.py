@@ -43,7 +43,21 @@ _KNEE_STYLES = {  # name -> (colour, line style)
     "USL N*": ("#d62728", "--"),
     "latency knee": ("#9467bd", "-."),
 }
-_PHASE_COLOURS = {"ledger": "#8c564b", "launch": "#ff7f0e", "queue": "#bcbd22", "run": "#1f77b4"}
+_PHASE_COLOURS = {
+    "ledger": "#8c564b",
+    "launch": "#ff7f0e",
+    "queue": "#bcbd22",
+    "run": "#1f77b4",
+    "compute": "#1f77b4",
+    "run_other": "#aec7e8",
+    "comm": "#ff9896",  # communication the workload did not attribute to a link class
+    "comm:nvlink": "#9467bd",
+    "comm:xgmi": "#c5b0d5",
+    "comm:pcie": "#e377c2",
+    "comm:nic": "#d62728",
+    "comm:wan": "#7f7f7f",
+}
+_OTHER_LINK_COLOUR = "#17becf"
 
 _CSS = """
 body { font-family: sans-serif; margin: 2em; color: #222; max-width: 72em; }
@@ -234,10 +248,40 @@ def _failed_percent(level: LevelResult) -> float | None:
     return None if rate is None else rate * 100
 
 
+def _stack(level: LevelResult) -> dict[str, float]:
+    """Where a job's time went at `level`, as parts that do not overlap (mean seconds per
+    job): ledger, launch, queue, then the run (compute, communication by link class and
+    the rest of the run where the workload split it, else the run whole)."""
+    from gpupoolctl.stress.bottleneck import link_split, time_split
+
+    out: dict[str, float] = {}
+    for part, seconds in time_split(level).items():
+        links = link_split(level) if part == "comm" else {}
+        if links:
+            out.update({f"comm:{link}": value for link, value in links.items()})
+        else:
+            out[part] = seconds
+    return out
+
+
+def _stack_label(part: str) -> str:
+    from gpupoolctl.stress.bottleneck import LINK_WORDS, SHORT_WORDS
+
+    if part.startswith("comm:"):
+        link = part.split(":", 1)[1]
+        words = LINK_WORDS.get(link)
+        return f"comm, {link}" + (f" ({words})" if words else "")
+    return SHORT_WORDS.get(part, part)
+
+
 def _phase_figure(result: RunResult) -> Figure | None:
-    """Where a job's time went per level: mean seconds per phase, stacked."""
-    measured = [p for p in PHASES if any(_number(lv.phases.get(p)) for lv in result.levels)]
-    if not measured:
+    """Where a job's time went per level: mean seconds per part, stacked."""
+    stacks = [_stack(lv) for lv in result.levels]
+    order = ["ledger", "launch", "queue", "compute"]
+    order += sorted({p for st in stacks for p in st if p.startswith("comm:")}, key=_link_rank)
+    order += ["comm", "run_other", "run"]
+    parts = [p for p in order if any(_number(st.get(p)) for st in stacks)]
+    if not parts:
         return None
     from matplotlib.figure import Figure
 
@@ -246,9 +290,10 @@ def _phase_figure(result: RunResult) -> Figure | None:
     # Bars at evenly spaced positions labelled by level: bar widths on a log axis would vary.
     positions = list(range(len(result.levels)))
     bottoms = [0.0] * len(positions)
-    for phase in measured:
-        heights = [_number(lv.phases.get(phase)) or 0.0 for lv in result.levels]
-        ax.bar(positions, heights, bottom=bottoms, color=_PHASE_COLOURS[phase], label=phase)
+    for part in parts:
+        heights = [_number(st.get(part)) or 0.0 for st in stacks]
+        colour = _PHASE_COLOURS.get(part, _OTHER_LINK_COLOUR)
+        ax.bar(positions, heights, bottom=bottoms, color=colour, label=_stack_label(part))
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     ax.set_xticks(positions, labels=[format_level(lv.level) for lv in result.levels])
     ax.set_xlabel("level")
@@ -258,6 +303,13 @@ def _phase_figure(result: RunResult) -> Figure | None:
     handles, labels = ax.get_legend_handles_labels()
     ax.legend(handles[::-1], labels[::-1], fontsize="small")
     return figure
+
+
+def _link_rank(part: str) -> tuple[int, str]:
+    from gpupoolctl.stress.model import LINK_CLASSES
+
+    link = part.split(":", 1)[1]
+    return (LINK_CLASSES.index(link) if link in LINK_CLASSES else len(LINK_CLASSES), link)
 
 
 def _all_levels(result: RunResult, baseline: RunResult | None) -> list[float]:
@@ -307,7 +359,8 @@ _CAPTIONS = {
     "throughput": "Throughput against level, with the fitted USL curve and the knees",
     "latency": "Queue wait (p50, p95, p99) and turnaround p95 against level",
     "failures": "Failure rate against level",
-    "phases": "Mean time per job in each phase, per level",
+    "phases": "Mean time per job in each phase, per level (the run split into compute, "
+    "communication by link class and the rest where the workload reported it)",
 }
 
 
@@ -391,6 +444,27 @@ def _verdict(result: RunResult) -> str:
     return " ".join(_sentence(text) for text in sentences)
 
 
+def _bottleneck_section(result: RunResult, baseline: RunResult | None) -> list[str]:
+    """The bottleneck sentence and the shares at the knee, for this run and the baseline
+    (each its own); nothing when neither measured a level."""
+    from gpupoolctl.stress.report_text import bottleneck_lines
+
+    runs = [("", result)]
+    if baseline is not None:
+        runs = [("This run", result), ("Baseline", baseline)]
+    items = []
+    for label, run in runs:
+        lines = bottleneck_lines(run)
+        if not lines:
+            continue
+        head = f"<b>{_e(label)}</b>: " if label else ""
+        rest = "".join(f'<br><span class="note">{_e(line)}</span>' for line in lines[1:])
+        items.append(f'<p class="bottleneck">{head}{_e(lines[0])}{rest}</p>')
+    if not items:
+        return []
+    return ["<h2>Bottleneck</h2>", *items]
+
+
 def _sentence(text: str) -> str:
     text = text[:1].upper() + text[1:]
     return text if text.endswith(".") else text + "."
@@ -421,6 +495,8 @@ def render_html(result: RunResult, baseline: RunResult | None = None) -> str:
     parts.append("<h2>Knees</h2>")
     parts.append("<ul>" + "".join(f"<li>{_e(line)}</li>" for line in knee_lines(result.knees)))
     parts.append("</ul>")
+
+    parts += _bottleneck_section(result, baseline)
 
     parts.append("<h2>Curves</h2>")
     figures = _figures(result, baseline)

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from gpupoolctl.errors import GpupoolError, UsageError
-from gpupoolctl.stress.model import PHASES, KneePoint, Knees, LevelResult, RunResult
+from gpupoolctl.stress.model import KneePoint, Knees, LevelResult, RunResult
 
 MISSING = "-"
 
@@ -163,9 +163,15 @@ def _format_param(x: Any) -> str:
 
 
 def dominant_phase(level: LevelResult) -> tuple[str, float] | None:
-    """The PHASES entry with the largest mean time per job, and its share of the turnaround
-    (of the measured phases' sum when the turnaround has no mean). None when none measured."""
-    measured = {p: level.phases[p] for p in PHASES if _is_number(level.phases.get(p))}
+    """The part of a job's time with the largest mean per job, and its share of the
+    turnaround (of the parts' sum when the turnaround has no mean). None when none measured.
+
+    The parts are bottleneck.time_split's: ledger, launch, queue and the run, split into
+    compute, comm and run_other where the workload reported that split (they are parts of
+    the run, never counted twice)."""
+    from gpupoolctl.stress.bottleneck import time_split
+
+    measured = time_split(level)
     if not measured:
         return None
     phase = max(measured, key=lambda p: measured[p])
@@ -177,6 +183,12 @@ def dominant_phase(level: LevelResult) -> tuple[str, float] | None:
     # Phases are means over the samples that measured them and the turnaround over those
     # that ended: they can disagree a little, so a share never reads above 100 %.
     return phase, min(1.0, max(0.0, measured[phase] / whole))
+
+
+def _phase_label(phase: str) -> str:
+    from gpupoolctl.stress.bottleneck import SHORT_WORDS
+
+    return SHORT_WORDS.get(phase, phase)
 
 
 _METRIC_NAME = re.compile(r"\s*([A-Za-z_][\w.]*)")
@@ -238,7 +250,7 @@ def level_rows(result: RunResult) -> list[dict[str, Any]]:
                 "queue_p99": format_duration(level.queue_wait.p99),
                 "launch_p95": format_duration(level.launch.p95),
                 "turnaround_p95": format_duration(level.turnaround.p95),
-                "dominant": f"{phase[0]} {phase[1]:.0%}" if phase else MISSING,
+                "dominant": f"{_phase_label(phase[0])} {phase[1]:.0%}" if phase else MISSING,
                 "thresholds": _thresholds_text(level),
             }
         )
@@ -331,6 +343,32 @@ def _latency_line(point: KneePoint) -> str:
     if _is_number(point.value):
         sentence += f" ({format_duration(point.value)} there)"
     return _with_note(sentence, point.note)
+
+
+KNEE_SOURCE_WORDS = {
+    "kneedle": "the diminishing-returns knee",
+    "usl": "the level nearest the USL capacity peak",
+    "last": "the last level: no knee found",
+}
+
+
+def bottleneck_lines(result: RunResult) -> list[str]:
+    """The bottleneck sentence and each part's share of a job's time at the knee; [] when
+    no level measured anything."""
+    from gpupoolctl.stress.bottleneck import find_bottleneck
+
+    found = find_bottleneck(result.levels, result.knees)
+    if found is None:
+        return []
+    sentence = found.sentence[:1].upper() + found.sentence[1:]
+    lines = [f"Bottleneck: {sentence}."]
+    if found.shares_at_knee:
+        where = KNEE_SOURCE_WORDS.get(found.knee_source, found.knee_source)
+        lines.append(
+            f"Time per job at level {format_level(found.knee_level)} ({where}): "
+            f"{found.shares_text()}"
+        )
+    return lines
 
 
 def knee_lines(knees: Knees | None) -> list[str]:
