@@ -36,6 +36,7 @@ import json
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -779,8 +780,10 @@ def run(
     checkpoint = Checkpoint.for_job(env) if rendezvous.rank == 0 else None
     reached = [0]
     try:
-        for signum in handled:
-            previous[signum] = signal.signal(signum, _raise_stopped)
+        # Only the main thread may take signals (a test runs two nodes as threads).
+        if threading.current_thread() is threading.main_thread():
+            for signum in handled:
+                previous[signum] = signal.signal(signum, _raise_stopped)
         try:
             return _run(
                 options, env, out, err, sleep, node, rendezvous, shares, checkpoint, reached
