@@ -42,6 +42,7 @@ def pools(draw: st.DrawFn) -> list[dict]:
     slices = []
     for h in range(draw(st.integers(1, 4))):
         host = f"n{h}"
+        site = draw(st.sampled_from([None, "s0", "s1"]))  # None: the inventory gives none
         model, vendor, bw, whole, layouts = CARDS[draw(st.integers(0, len(CARDS) - 1))]
         gpus = draw(st.integers(1, 4))
         islands = [draw(st.integers(0, 1)) for _ in range(gpus)]
@@ -54,6 +55,7 @@ def pools(draw: st.DrawFn) -> list[dict]:
                 "model": f"NVIDIA {model}" if vendor == "nvidia" else model,
                 "bandwidth_class": bw,
                 "island": f"{host}/island{islands[g]}",
+                **({"site": site} if site else {}),
             }
             layout = draw(st.sampled_from([None, *layouts]))
             if layout is None:
@@ -198,6 +200,53 @@ def test_placements_are_valid_and_never_overcommit(pool_and_holds, request, poli
             assert len({c["island"] for c in chosen}) == 1
     assert result.hosts == sorted({c["host"] for c in chosen}, key=natural)
     view.hold(result.slices, Holder(alloc="new", slices=tuple(result.slices)))  # no clash
+
+
+# Multi-GPU requests free to span nodes: the ones the site level is for.
+spanning = st.builds(
+    JobRequest,
+    gpus=st.integers(2, 8),
+    profile=st.sampled_from([None, None, "gpu", "1g.10gb", "mig"]),
+    vendor=st.sampled_from([None, None, "nvidia"]),
+    host=st.sampled_from([None, None, None, "n[01]"]),
+)
+
+
+@SETTINGS
+@given(held_pools(), spanning)
+def test_topology_keeps_a_job_on_one_site_on_the_fewest_hosts_when_one_site_can(
+    pool_and_holds, request
+):
+    slices, holders = pool_and_holds
+    result = place(request, PoolView(slices, holders), "topology")
+    free = candidates(slices, holders, request)
+    if isinstance(result, NoFit):
+        assert len(free) < request.gpus
+        return
+    by_id = {s["id"]: s for s in slices}
+    chosen = [by_id[s] for s in result.slices]
+    per_host: dict[str, int] = {}
+    site_of: dict[str, str | None] = {}
+    for e in free:
+        per_host[e["host"]] = per_host.get(e["host"], 0) + 1
+        site_of[e["host"]] = e.get("site")
+    per_site: dict[str, int] = {}
+    for host, count in per_host.items():
+        if site_of[host]:
+            per_site[site_of[host]] = per_site.get(site_of[host], 0) + count
+    if max(per_host.values()) >= request.gpus:
+        assert len(result.hosts) == 1  # one island or one host comes first
+    elif per_site and max(per_site.values()) >= request.gpus:
+        sites = {c.get("site") for c in chosen}
+        assert len(sites) == 1 and None not in sites
+        (site,) = sites
+        assert per_site[site] >= request.gpus
+        # As few of that site's hosts as can hold it (largest first is the fewest).
+        counts = sorted((n for h, n in per_host.items() if site_of[h] == site), reverse=True)
+        fewest = next(k for k in range(1, len(counts) + 1) if sum(counts[:k]) >= request.gpus)
+        assert len(result.hosts) == fewest
+    else:
+        assert len(result.hosts) > 1  # nowhere smaller holds it: anywhere
 
 
 @SETTINGS
