@@ -96,7 +96,6 @@ def test_a_ramp_of_train_jobs_reports_compute_comm_and_work(jobs_cli) -> None:
         assert level["phases"]["compute"] > 0 and level["phases"]["comm"] > 0
         assert level["phases"]["compute"] + level["phases"]["comm"] <= level["phases"]["run"]
         assert level["work_throughput"] > 0
-        assert (
-            level["comm_links"]["nvlink"] > 0
-            and level["bound_by"] == {"nvlink": level["submitted"]}
-        ) or level["bound_by"].get("nvlink")
+        assert level["comm_links"]["nvlink"] > 0
+        # two H100s of one DGX: the ring stays on NVLink, and every job says so
+        assert set(level["bound_by"]) == {"nvlink"} and level["bound_by"]["nvlink"] >= 1
