@@ -70,10 +70,10 @@ LINK_WORDS = {
     "nic": "the network between nodes",
     "wan": "the WAN between sites",
 }
-KNEE_SOURCES = {
-    "kneedle": "the diminishing-returns knee (Kneedle)",
-    "usl": "the measured level nearest the USL capacity peak",
-    "last": "the last measured level (no knee found)",
+KNEE_SOURCES = {  # knee_source -> what the knee level is, for people
+    "kneedle": "the diminishing-returns knee",
+    "usl": "the level nearest the USL capacity peak",
+    "last": "the last level: no knee found",
 }
 # Jobs running at once (Little's law) counts as still growing past this factor.
 _GROWING = 1.2

@@ -345,17 +345,10 @@ def _latency_line(point: KneePoint) -> str:
     return _with_note(sentence, point.note)
 
 
-KNEE_SOURCE_WORDS = {
-    "kneedle": "the diminishing-returns knee",
-    "usl": "the level nearest the USL capacity peak",
-    "last": "the last level: no knee found",
-}
-
-
 def bottleneck_lines(result: RunResult) -> list[str]:
     """The bottleneck sentence and each part's share of a job's time at the knee; [] when
     no level measured anything."""
-    from gpupoolctl.stress.bottleneck import find_bottleneck
+    from gpupoolctl.stress.bottleneck import KNEE_SOURCES, find_bottleneck
 
     found = find_bottleneck(result.levels, result.knees)
     if found is None:
@@ -363,7 +356,7 @@ def bottleneck_lines(result: RunResult) -> list[str]:
     sentence = found.sentence[:1].upper() + found.sentence[1:]
     lines = [f"Bottleneck: {sentence}."]
     if found.shares_at_knee:
-        where = KNEE_SOURCE_WORDS.get(found.knee_source, found.knee_source)
+        where = KNEE_SOURCES.get(found.knee_source, found.knee_source)
         lines.append(
             f"Time per job at level {format_level(found.knee_level)} ({where}): "
             f"{found.shares_text()}"
