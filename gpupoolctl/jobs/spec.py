@@ -139,7 +139,7 @@ def expand_checkpoint_dir(template: str, job_id: str) -> str:
         elif code == "%":
             out.append("%")
         else:
-            shown = f"%{code}" if code else "a % at the end"
+            shown = repr(f"%{code}") if code else "a % at the end"  # repr: one line
             raise UsageError(
                 f"--checkpoint-dir {template!r}: unknown {shown}; use %j for the job id, %% for a %"
             )

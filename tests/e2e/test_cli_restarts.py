@@ -108,7 +108,7 @@ def test_time_limit_warns_then_stops_and_is_recorded_failed(jobs_cli, tmp_path: 
         (("--signal", "USR1@60", "--time-limit", "1m"), "before the time limit"),
         (("--time-limit", "4 hours"), "bad time"),
         (("--time-limit", "0"), "out of range"),
-        (("--checkpoint-dir", "/ck/%u"), "unknown %u"),
+        (("--checkpoint-dir", "/ck/%u"), "unknown '%u'"),
     ],
 )
 def test_bad_values_are_one_line_and_exit_2(cli, args: tuple[str, ...], words: str) -> None:
