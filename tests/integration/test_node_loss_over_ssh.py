@@ -88,7 +88,7 @@ def test_a_lost_node_s_job_restarts_elsewhere_from_its_checkpoint(
         assert listed.returncode == 0, listed.stderr
         return {j["id"]: j for j in json.loads(listed.stdout)}[job_id]
 
-    def until(what: str, check: Any, seconds: float = 30.0) -> Any:
+    def until(what: str, check: Any, seconds: float = 90.0) -> Any:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             found = check()
@@ -137,7 +137,7 @@ def test_a_lost_node_s_job_restarts_elsewhere_from_its_checkpoint(
         assert back.returncode == 0, back.stderr
         events = [e["event"] for e in json.loads(back.stdout)]
         assert "stale-run-killed" in events and "node-returned" in events, events
-        until("the stale run is gone", lambda: not _alive(stale), 10)
+        until("the stale run is gone", lambda: not _alive(stale), 30)
         assert json.loads(run("drain", "-o", "json").stdout) == []
         pool = json.loads(run("pool", "--no-refresh", "-o", "json").stdout)
         assert all(s["state"] == "free" for n in pool["nodes"] for s in n["slices"])
