@@ -274,7 +274,12 @@ def ramp(
     ] = None,
     workload: Annotated[
         str | None,
-        typer.Option("--workload", "-w", help="sim (contention model), sleep, cmd, matmul."),
+        typer.Option(
+            "--workload",
+            "-w",
+            help="sim (contention model), sleep, cmd, matmul, train (data-parallel steps: "
+            "compute and all-reduce over the links the placement chose).",
+        ),
     ] = None,
     work: Annotated[
         str | None,
@@ -318,6 +323,14 @@ def ramp(
         ),
     ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="For the request mix.")] = None,
+    placement: Annotated[
+        str | None,
+        typer.Option(
+            "--policy",
+            help="Placement policy for every job: best-fit (default), spread or topology "
+            "(replaces the scenario's policy:).",
+        ),
+    ] = None,
     name: Annotated[str | None, typer.Option("--name", help="Scenario name in results.")] = None,
     backend_name: Annotated[
         str,
@@ -392,6 +405,7 @@ def ramp(
             "thresholds": threshold,
             "seed": seed,
             "name": name,
+            "policy": placement,
         },
     )
     baseline = results.load(baseline_file) if baseline_file is not None else None
