@@ -35,6 +35,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+# The vars the export adds (gpupoolctl.export.ansible); other gpupool_ vars are the
+# inventory's own (gpupool_site_links, gpupool_rendezvous_addr) and come back as they are.
+EXPORTED = {f"gpupool_{name}" for name in ("gpus", "vendor", "model", "islands", "mig", "slices")}
+
+
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     """An isolated HOME (empty ledger, own sim state) for gpupoolctl and Ansible alike."""
@@ -101,7 +106,7 @@ def test_ansible_reads_our_export_back_unchanged(ansible, env, tmp_path) -> None
     hostvars = ours["_meta"]["hostvars"]
     assert hostvars["sg-dgx01"]["gpupool_gpus"] == 8  # facts were read: they must survive too
     users = {
-        host: {k: v for k, v in values.items() if not k.startswith("gpupool_")}
+        host: {k: v for k, v in values.items() if k not in EXPORTED}
         for host, values in hostvars.items()
     }
     assert users == ansible[BUNDLED["sim"]]["_meta"]["hostvars"]

@@ -22,6 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 NOW = "2025-06-01T12:00:00.000Z"
 
 
+# The vars the export adds (gpupoolctl.export.ansible); other gpupool_ vars are the
+# inventory's own (gpupool_site_links, gpupool_rendezvous_addr) and come back as they are.
+EXPORTED = {f"gpupool_{name}" for name in ("gpus", "vendor", "model", "islands", "mig", "slices")}
+
+
 def gpu(index: int, model: str = "NVIDIA H100 80GB HBM3", mig: str = "disabled") -> dict:
     return {"index": index, "vendor": "nvidia", "model": model, "mig": {"mode": mig}}
 
@@ -38,7 +43,7 @@ def without_gpupool(document: dict[str, Any]) -> dict[str, Any]:
     clean = copy.deepcopy(document)
     hostvars = clean["_meta"]["hostvars"]
     for host in list(hostvars):
-        hostvars[host] = {k: v for k, v in hostvars[host].items() if not k.startswith("gpupool_")}
+        hostvars[host] = {k: v for k, v in hostvars[host].items() if k not in EXPORTED}
         if not hostvars[host]:
             del hostvars[host]
     return clean
