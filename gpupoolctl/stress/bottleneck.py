@@ -120,10 +120,14 @@ def link_split(level: LevelResult) -> dict[str, float]:
     if not links:
         return {}
     ordered = [k for k in LINK_CLASSES if k in links] + sorted(set(links) - set(LINK_CLASSES))
-    total = math.fsum(links.values())
     comm = _num(level.phases.get("comm"))
-    scale = comm / total if comm is not None and total > 0 else 1.0
-    return {k: links[k] * scale for k in ordered}
+    if comm is None:
+        return {k: links[k] for k in ordered}
+    # Relative to the largest first: a sum of huge (finite) values must not overflow to inf.
+    largest = max(links.values())
+    relative = {k: v / largest for k, v in links.items()}
+    total = math.fsum(relative.values())
+    return {k: comm * relative[k] / total for k in ordered}
 
 
 def occupancy(level: LevelResult) -> float | None:
