@@ -45,9 +45,13 @@ def _statuses(jobs: JobsCore, job: dict[str, Any], answers: dict[str, Any]) -> l
     return out
 
 
-def reap(jobs: JobsCore, only: set[str] | None = None) -> list[dict[str, Any]]:
+def reap(
+    jobs: JobsCore, only: set[str] | None = None, *, probe_lost: bool = True
+) -> list[dict[str, Any]]:
     """Poll running jobs (all, or the ids in `only`: then only their nodes are asked);
-    record and release the ones that ended. Returns their records."""
+    record and release the ones that ended. Returns their records. Without `probe_lost`
+    lost hosts and fenced runs are not asked this time (`submit` must not wait out a dead
+    node's connect time-out; the scheduling loop asks them)."""
     state = jobs.read().state
     running = [
         j
@@ -57,7 +61,7 @@ def reap(jobs: JobsCore, only: set[str] | None = None) -> list[dict[str, Any]]:
     # The full pass is also the hosts' heartbeat: fenced runs and lost hosts are asked too.
     # Only hosts this run can reach (-i/-l): a host taken out of the inventory keeps its
     # fences until it is back, without a warning on every pass.
-    extra = lost.wanted(state) if only is None else {}
+    extra = lost.wanted(state) if only is None and probe_lost else {}
     extra = {h: ids for h, ids in extra.items() if h in jobs.nodes.targets}
     if not running and not extra:
         return []

@@ -17,7 +17,7 @@ def submit(jobs: JobsCore, spec: JobSpec) -> Outcome:
     preempting allows), else waits in the queue. NeverFits when it never could."""
     spec.validate()
     reaping.recover(jobs)
-    reaping.reap(jobs)
+    reaping.reap(jobs, probe_lost=False)  # a lost node is the loop's to ask, not submit's
 
     def build(tx: Transaction) -> str:
         result = jobs.place(tx.state, spec.request, tx.now, spec.policy)

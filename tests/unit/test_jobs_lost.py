@@ -294,3 +294,26 @@ def test_a_lost_host_taken_out_of_the_inventory_is_not_asked(pool: Any) -> None:
     refresh(jobs)
     assert not jobs.warnings, jobs.warnings
     assert host in state_of(jobs).lost and state_of(jobs).fences  # kept for its return
+
+
+def test_submit_does_not_wait_on_a_lost_node_the_loop_asks_it(pool: Any) -> None:
+    jobs, fleet, clock = pool
+    first = submit(jobs, req={"vendor": "nvidia"})
+    host = host_of(jobs, first)
+    fleet.down.add(host)
+    refresh(jobs)
+    clock.advance(90)
+    refresh(jobs)
+    assert host in state_of(jobs).lost
+    asked: list[str] = []
+    real = fleet.answer
+
+    def counting(name: str, request: dict[str, Any]) -> HostResult:
+        asked.append(name)
+        return real(name, request)
+
+    fleet.answer = counting  # type: ignore[method-assign]
+    submit(jobs)
+    assert host not in asked  # submit's reap leaves the lost node alone
+    refresh(jobs)
+    assert host in asked  # the scheduling loop's pass asks it
