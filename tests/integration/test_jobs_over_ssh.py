@@ -140,3 +140,38 @@ def test_a_two_node_job_meets_at_its_rendezvous_over_ssh(
     assert heard == "rank 0 heard: hello from rank 1\n"
     # Node 0 is reached at its inventory address, not the name the workstation uses.
     assert met == f"rank 1 met {hosts['far-a']['ansible_host']}\n"
+
+
+def test_a_two_node_train_job_meets_over_ssh_and_reports_its_split(
+    sshd_fleet: SshdFleet, tmp_path: Path
+) -> None:
+    """The train workload on two sim L40S nodes behind real sshd, at two sites: its ranks
+    meet at node 0's inventory address, every step crosses the WAN of gpupool_site_links,
+    and its compute/communication split reaches the job's final ledger record."""
+    first, second = sshd_fleet.hosts[2:4]
+    state_dir = tmp_path / "sim-state"
+    inventory = tmp_path / "fleet.yaml"
+    hosts = {
+        name: sshd_fleet.host_vars(host, sim="l40s-4", sim_state_dir=str(state_dir), site=site)
+        for name, host, site in (("far-a", first, "east"), ("far-b", second, "west"))
+    }
+    links = [{"sites": ["east", "west"], "gbps": 100, "rtt_ms": 2}]
+    inventory.write_text(
+        yaml.safe_dump({"all": {"vars": {"gpupool_site_links": links}, "hosts": hosts}})
+    )
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    shutil.copy(sshd_fleet.known_hosts, home / ".ssh" / "known_hosts")
+    waited = _cli(
+        home, inventory, "submit", "--gpus", "8", "--profile", "gpu", "--wait", "--",
+        "gpupoolctl-workload", "train", "--params", "1e8", "--steps", "3",
+    )  # fmt: skip
+    assert waited.returncode == 0, waited.stderr
+    (job,) = json.loads(_cli(home, inventory, "jobs", "--all", "-o", "json").stdout)
+    assert job["state"] == "done" and job["host"] == "far-a,far-b"
+    from gpupoolctl.ledger import Ledger
+
+    ledger = Ledger(home / ".local" / "state" / "gpupoolctl" / "ledger.jsonl")
+    report = ledger.read().state.finished[job["id"]]["report"]
+    assert report["steps"] == 3 and report["bound_by"] == "wan"
+    assert report["compute_s"] > 0 and report["comm_links"]["wan"] > 0
