@@ -137,7 +137,7 @@ def _interruptible(ramp: Any) -> Iterator[None]:
 def _progress(settings: Settings, levels: int) -> Iterator[Callable[[Event], None]]:
     """Per-level lines on stderr (kept in cron mail and CI logs); on a terminal, also a bar
     over the levels with the time elapsed."""
-    from gpupoolctl.stress.report_text import format_duration, format_rate
+    from gpupoolctl.stress.formats import format_duration, format_rate
     from gpupoolctl.stress.runner import LevelDone, LevelStarted
 
     def line(event: Event) -> str | None:

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpupoolctl.stress.formats import format_duration, format_level, format_percent
 from gpupoolctl.stress.model import LINK_CLASSES, Knees, LevelResult
-from gpupoolctl.stress.report_text import format_duration, format_level, format_percent
 
 __all__ = [
     "LEAVES",

@@ -17,11 +17,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpupoolctl.stress.formats import MISSING, format_level
 from gpupoolctl.stress.model import PHASES, Knees, LevelResult, RunResult
 from gpupoolctl.stress.report_text import (
-    MISSING,
     NOT_MEASURED,
-    format_level,
     knee_lines,
     level_columns,
     level_rows,

@@ -100,6 +100,6 @@ def _g(value: float) -> str:
 
 
 def _s(seconds: float) -> str:
-    from gpupoolctl.stress.report_text import format_duration
+    from gpupoolctl.stress.formats import format_duration
 
     return format_duration(seconds)

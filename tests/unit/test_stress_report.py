@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpupoolctl.errors import GpupoolError, UsageError
+from gpupoolctl.stress.formats import format_duration, format_percent, format_rate
 from gpupoolctl.stress.knee import usl_throughput
 from gpupoolctl.stress.model import (
     Distribution,
@@ -26,9 +27,6 @@ from gpupoolctl.stress.report_html import render_html, write_html
 from gpupoolctl.stress.report_text import (
     LEVEL_COLUMNS,
     dominant_phase,
-    format_duration,
-    format_percent,
-    format_rate,
     knee_lines,
     level_records,
     level_rows,

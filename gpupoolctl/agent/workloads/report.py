@@ -1,6 +1,6 @@
 """A workload's own report of how a job spent its time: `$GPUPOOL_JOB_DIR/report.json`.
 
-The train workload writes one JSON object there when it ends:
+The train workload writes one JSON object there when it ends (write()):
 
     {"v": 1, "workload": "train", "samples": int, "steps": int, "compute_s": float,
      "comm_s": float, "comm_links": {link class: seconds}, "bound_by": link class | null}
@@ -24,6 +24,26 @@ MAX_REPORT_BYTES = 16 * 1024
 LINK_CLASSES = ("nvlink", "xgmi", "pcie", "nic", "wan")
 _COUNTS = ("samples", "steps")
 _SECONDS = ("compute_s", "comm_s")
+
+
+def write(env: Mapping[str, str], report: Mapping[str, Any]) -> None:
+    """Leave `report` in the job's folder ($GPUPOOL_JOB_DIR), atomically (temp file, fsync,
+    rename); nothing when the job has no folder (run by hand). A failed write loses only
+    the report, never the job."""
+    import contextlib
+
+    folder = env.get("GPUPOOL_JOB_DIR")
+    if not folder:
+        return
+    path = Path(folder) / REPORT_FILE
+    tmp = path.with_name(f".{REPORT_FILE}.{os.getpid()}.tmp")
+    with contextlib.suppress(OSError):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(report, handle, sort_keys=True)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
 
 
 def read(folder: Path) -> tuple[dict[str, Any] | None, str | None]:

@@ -48,6 +48,7 @@ from gpupoolctl.agent.workloads import (
     EXIT_RENDEZVOUS,
     EXIT_UNSUPPORTED,
 )
+from gpupoolctl.agent.workloads import report as report_file
 
 MAX_STEPS = 1_000_000
 MAX_PARAMS = 1e13
@@ -695,21 +696,6 @@ def _sites(env: Mapping[str, str], nnodes: int) -> list[str | None]:
     return raw
 
 
-def _write_report(env: Mapping[str, str], report: Mapping[str, Any]) -> None:
-    folder = env.get("GPUPOOL_JOB_DIR")
-    if not folder:
-        return
-    path = Path(folder) / "report.json"
-    tmp = path.with_name(f".report.json.{os.getpid()}.tmp")
-    with contextlib.suppress(OSError):
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-
-
 class _Stopped(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -753,11 +739,7 @@ def run(
     if state is None:
         from gpupoolctl.agent.workloads import train_torch
 
-        try:
-            return train_torch.run(options, env, out, err, why=why)
-        except Unsupported as exc:
-            err.write(f"{exc}\n")
-            return EXIT_UNSUPPORTED
+        return train_torch.run(options, env, out, err, why=why)
     try:
         node = describe_node(state, env)
         rendezvous = Rendezvous.from_env(env, options.rendezvous_timeout)
@@ -921,7 +903,7 @@ def _run(
         "comm_links": {k: round(v, 6) for k, v in totals.comm_links.items()},
         "bound_by": totals.bound_by(),
     }
-    _write_report(env, report)
+    report_file.write(env, report)
     steps_model = totals.model_step_s
     summary = {
         **report,

@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from gpupoolctl.agent.workloads import EXIT_OK
+from gpupoolctl.agent.workloads import EXIT_OK, EXIT_UNSUPPORTED
 
 
 def _torch() -> Any:
@@ -30,14 +30,16 @@ def _torch() -> Any:
 
 
 def run(options: Any, env: Mapping[str, str], out: TextIO, err: TextIO, why: str | None) -> int:
-    from gpupoolctl.agent.workloads.train import Unsupported, _write_report
+    from gpupoolctl.agent.workloads import report as report_file
 
     torch = _torch()
     if isinstance(torch, BaseException):
-        raise Unsupported(
+        err.write(
             f"train: PyTorch is not importable on {socket.gethostname()} ({torch}); this is "
-            f"not a simulated node either ({why}). Install torch on the node, or use a sim node"
+            f"not a simulated node either ({why}). Install torch on the node, or use a sim "
+            "node\n"
         )
+        return EXIT_UNSUPPORTED
     import torch.distributed as dist  # type: ignore[import-not-found]
 
     rank = int(env.get("GPUPOOL_NODE_RANK") or 0)
@@ -94,6 +96,6 @@ def run(options: Any, env: Mapping[str, str], out: TextIO, err: TextIO, why: str
         "comm_links": {link: round(comm_s, 6)} if link else {},
         "bound_by": link,
     }
-    _write_report(env, report)
+    report_file.write(env, report)
     out.write(json.dumps({**report, "backend": backend, "device": str(device)}) + "\n")
     return EXIT_OK
