@@ -92,6 +92,21 @@ def status(client: SlurmClient, job_id: str) -> SlurmJob:
     return found
 
 
+# slurmd creates a job's output file as the batch script starts, a moment after slurmctld
+# records the job running: a missing file of a job that started this recently is not yet
+# there, not on another machine.
+OUTPUT_APPEARS_S = 10.0
+
+
+def _output_not_yet_there(job: SlurmJob, now: float | None = None) -> bool:
+    if job.state in ("PENDING", "CONFIGURING"):  # not started: no file yet
+        return True
+    if job.finished or job.started is None:
+        return False
+    moment = time.time() if now is None else now
+    return moment - job.started < OUTPUT_APPEARS_S
+
+
 def output(
     client: SlurmClient,
     job_id: str,
@@ -122,7 +137,7 @@ def output(
             handle.seek(offset)
             data = handle.read(max_bytes)
     except FileNotFoundError:
-        if job.state == "PENDING":  # not started: no file yet
+        if _output_not_yet_there(job):
             return {
                 "text": "",
                 "next_offset": 0,

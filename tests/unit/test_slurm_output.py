@@ -3,6 +3,7 @@ never split a character, and clear errors when the file is not on this machine."
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import cast
 
@@ -72,6 +73,17 @@ def test_a_file_written_on_another_node_is_named_with_the_node(tmp_path: Path) -
     job = SlurmJob("9", state="RUNNING", nodes="gpu07", stdout_path=str(tmp_path / "x.out"))
     with pytest.raises(SlurmError, match=r"x\.out: not on this machine \(it ran on gpu07\)"):
         output(client_for(job), "9")
+
+
+def test_a_job_that_just_started_has_no_file_yet_not_a_remote_one(tmp_path: Path) -> None:
+    # slurmd creates the file as the script starts, a moment after the job reads RUNNING.
+    path = str(tmp_path / "y.out")
+    just = SlurmJob("12", state="RUNNING", nodes="gpu07", started=time.time() - 1, stdout_path=path)
+    piece = output(client_for(just), "12")
+    assert (piece["text"], piece["active"]) == ("", True)
+    old = SlurmJob("13", state="RUNNING", nodes="gpu07", started=time.time() - 60, stdout_path=path)
+    with pytest.raises(SlurmError, match="not on this machine"):
+        output(client_for(old), "13")
 
 
 def test_a_job_slurm_forgot_says_where_to_look() -> None:
