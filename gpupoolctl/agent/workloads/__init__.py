@@ -51,6 +51,19 @@ def workload_argv(argv: list[str], python: str) -> list[str]:
     return list(argv)
 
 
+class Stopped(Exception):
+    """A workload asked to stop by a signal (SIGTERM, SIGHUP, SIGINT): it saves and ends."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def raise_stopped(signum: int, _frame: object) -> None:
+    """A signal handler: turn the signal into Stopped where the workload is."""
+    raise Stopped(signum)
+
+
 EXIT_OK = 0
 EXIT_UNFINISHED = 1
 EXIT_USAGE = 2

@@ -32,18 +32,13 @@ def write(env: Mapping[str, str], report: Mapping[str, Any]) -> None:
     the report, never the job."""
     import contextlib
 
+    from gpupoolctl.agent.jobs.paths import write_json
+
     folder = env.get("GPUPOOL_JOB_DIR")
     if not folder:
         return
-    path = Path(folder) / REPORT_FILE
-    tmp = path.with_name(f".{REPORT_FILE}.{os.getpid()}.tmp")
     with contextlib.suppress(OSError):
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, sort_keys=True)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        write_json(Path(folder) / REPORT_FILE, dict(report))
 
 
 def read(folder: Path) -> tuple[dict[str, Any] | None, str | None]:

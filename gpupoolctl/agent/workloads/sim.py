@@ -36,7 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpupoolctl.agent.workloads import EXIT_OK, EXIT_UNFINISHED, EXIT_UNSUPPORTED
+from gpupoolctl.agent.jobs.paths import write_json
+from gpupoolctl.agent.workloads import (
+    EXIT_OK,
+    EXIT_UNFINISHED,
+    EXIT_UNSUPPORTED,
+    Stopped,
+    raise_stopped,
+)
 
 REFERENCE_GBPS = 3350.0  # H100 SXM5 (datasheet): rate 1.0
 MAX_WORK_S = 3600.0
@@ -438,16 +445,6 @@ def contend(
     return Outcome(progress, elapsed, mean_n, progress >= work)
 
 
-class _Stopped(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_stopped(signum: int, _frame: Any) -> None:
-    raise _Stopped(signum)
-
-
 # -- checkpoints: the work done, kept where every try of the job looks -----------------------
 
 
@@ -482,12 +479,7 @@ class Checkpoint:
 
     def save(self, work: float, progress: float) -> None:
         os.makedirs(self.path.parent, mode=0o700, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump({"workload": "sim", "work": work, "progress": progress}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
+        write_json(self.path, {"workload": "sim", "work": work, "progress": progress})
 
 
 def run(
@@ -541,7 +533,7 @@ def run(
         for signum in warnings:
             previous[signum] = signal.signal(signum, lambda signum, _frame: asked.append(signum))
         for signum in handled:
-            previous[signum] = signal.signal(signum, _raise_stopped)
+            previous[signum] = signal.signal(signum, raise_stopped)
         try:
             peers.join()
             outcome = contend(
@@ -559,7 +551,7 @@ def run(
             )
         finally:
             peers.leave()
-    except _Stopped as stopped:
+    except Stopped as stopped:
         if checkpoint is not None:  # the last progress the loop saw is kept (not lost)
             with contextlib.suppress(OSError):
                 checkpoint.save(work, reached[0])

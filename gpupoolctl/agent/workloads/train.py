@@ -43,10 +43,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from gpupoolctl.agent.jobs.paths import write_json
 from gpupoolctl.agent.workloads import (
     EXIT_OK,
     EXIT_RENDEZVOUS,
     EXIT_UNSUPPORTED,
+    Stopped,
+    raise_stopped,
 )
 from gpupoolctl.agent.workloads import report as report_file
 
@@ -454,12 +457,7 @@ class Checkpoint:
 
     def save(self, steps: int, params: float, step: int) -> None:
         os.makedirs(self.path.parent, mode=0o700, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump({"workload": "train", "steps": steps, "params": params, "step": step}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.path)
+        write_json(self.path, {"workload": "train", "steps": steps, "params": params, "step": step})
 
 
 # -- the nodes meet ----------------------------------------------------------------------------
@@ -696,16 +694,6 @@ def _sites(env: Mapping[str, str], nnodes: int) -> list[str | None]:
     return raw
 
 
-class _Stopped(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_stopped(signum: int, _frame: Any) -> None:
-    raise _Stopped(signum)
-
-
 @dataclass(frozen=True)
 class Options:
     params: float = DEFAULT_PARAMS
@@ -765,7 +753,7 @@ def run(
         # Only the main thread may take signals (a test runs two nodes as threads).
         if threading.current_thread() is threading.main_thread():
             for signum in handled:
-                previous[signum] = signal.signal(signum, _raise_stopped)
+                previous[signum] = signal.signal(signum, raise_stopped)
         try:
             return _run(
                 options, env, out, err, sleep, node, rendezvous, shares, checkpoint, reached
@@ -776,7 +764,7 @@ def run(
     except sim.UnsafeFolder as exc:
         err.write(f"train: {exc}\n")
         return EXIT_UNSUPPORTED
-    except _Stopped as stopped:
+    except Stopped as stopped:
         if checkpoint is not None:
             with contextlib.suppress(OSError):
                 checkpoint.save(options.steps, options.params, reached[0])
