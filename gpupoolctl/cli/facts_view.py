@@ -47,14 +47,19 @@ GPU_CSV_COLUMNS: tuple[Column, ...] = tuple(
 )
 
 
-def document(source: str, results: list[HostResult]) -> dict[str, Any]:
-    """The machine-readable inventory: every host with its outcome, and facts when ok."""
+def summary(results: list[HostResult]) -> dict[str, int]:
+    """How many hosts ended in each outcome, every outcome named."""
     from gpupoolctl.remote.results import OUTCOMES  # not at start-up: it loads the bootstrap
 
     counts = Counter(result.outcome for result in results)
+    return {outcome: counts.get(outcome, 0) for outcome in OUTCOMES}
+
+
+def document(source: str, results: list[HostResult]) -> dict[str, Any]:
+    """The machine-readable inventory: every host with its outcome, and facts when ok."""
     return {
         "inventory": source,
-        "summary": {outcome: counts.get(outcome, 0) for outcome in OUTCOMES},
+        "summary": summary(results),
         "hosts": [
             {
                 "name": result.name,
@@ -166,12 +171,9 @@ def network_document(
     source: str, results: list[HostResult], links: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """The machine-readable network view: each host's site and NICs, and the site links."""
-    counts = Counter(result.outcome for result in results)
-    from gpupoolctl.remote.results import OUTCOMES
-
     return {
         "inventory": source,
-        "summary": {outcome: counts.get(outcome, 0) for outcome in OUTCOMES},
+        "summary": summary(results),
         "hosts": [
             {
                 "name": result.name,
