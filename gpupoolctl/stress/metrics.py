@@ -18,6 +18,7 @@ from typing import Any
 
 from gpupoolctl.stress.histogram import distribution
 from gpupoolctl.stress.model import (
+    COUNT_METRICS,
     LINK_CLASSES,
     METRICS,
     PHASES,
@@ -178,9 +179,6 @@ def _share_inside(sample: Sample, start: float, end: float) -> float:
     return max(0.0, overlap) / life
 
 
-_COUNTS = ("submitted", "completed", "failed", "dropped", "restarts", "recovered", "lost_nodes")
-
-
 def metric_value(level: LevelResult, name: str) -> float | None:
     """The value of a metric named as in METRICS ("throughput", "queue_wait.p95",
     "phase.run", ...) for one level; None when the level has no value for it (no job
@@ -196,7 +194,7 @@ def metric_value(level: LevelResult, name: str) -> float | None:
         return level.failure_rate
     if name == "harness":
         return level.harness_s
-    if name in _COUNTS:
+    if name in COUNT_METRICS:
         return float(getattr(level, name))
     family, _, part = name.partition(".")
     if family == "phase":

@@ -230,12 +230,8 @@ class RunResult:
         return all(level.thresholds_ok for level in self.levels)
 
 
-# Metric names that thresholds and `compare` may use, resolved per level by
-# metrics.metric_value.
-METRICS: tuple[str, ...] = (
-    "throughput",
-    "work_throughput",
-    "failure_rate",
+# A level's counts (whole numbers: a threshold on one takes no unit).
+COUNT_METRICS: tuple[str, ...] = (
     "submitted",
     "completed",
     "failed",
@@ -243,6 +239,14 @@ METRICS: tuple[str, ...] = (
     "restarts",
     "recovered",
     "lost_nodes",
+)
+# Metric names that thresholds and `compare` may use, resolved per level by
+# metrics.metric_value.
+METRICS: tuple[str, ...] = (
+    "throughput",
+    "work_throughput",
+    "failure_rate",
+    *COUNT_METRICS,
     "harness",
     *(f"{d}.{s}" for d in ("queue_wait", "launch", "turnaround") for s in Distribution.STATS),
     *(f"phase.{p}" for p in PHASES),

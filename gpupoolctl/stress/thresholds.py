@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpupoolctl.errors import SourceError, UsageError
-from gpupoolctl.stress.model import METRICS, LevelResult, ThresholdCheck
+from gpupoolctl.stress.model import COUNT_METRICS, METRICS, LevelResult, ThresholdCheck
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
@@ -33,15 +33,6 @@ OPS: dict[str, Callable[[float, float], bool]] = {
 }
 
 DURATION_UNITS: dict[str, float] = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "m": 60.0}
-COUNT_METRICS = (
-    "submitted",
-    "completed",
-    "failed",
-    "dropped",
-    "restarts",
-    "recovered",
-    "lost_nodes",
-)
 
 _EXPR = re.compile(r"^\s*(?P<metric>[A-Za-z_][\w.]*)\s*(?P<op>[<>=!]+)\s*(?P<value>.*?)\s*$")
 _VALUE = re.compile(r"^(?P<number>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(?P<unit>\S*)$")
