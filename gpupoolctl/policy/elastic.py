@@ -26,6 +26,7 @@ from gpupoolctl.hw.amd_modes import COMPUTE_MODE_NAMES, MEMORY_MODE_NAMES
 from gpupoolctl.partition.profiles import parse_profile_name
 from gpupoolctl.policy import known
 from gpupoolctl.policy.model import ElasticPolicy, ElasticRule
+from gpupoolctl.policy.sections import section_keys
 from gpupoolctl.policy.values import duration_s, shown, whole
 from gpupoolctl.yamlsource import YamlSource, did_you_mean
 
@@ -52,7 +53,7 @@ def parse_elastic(reader: YamlSource, node: yaml.Node) -> ElasticPolicy:
     """The section at `node`; `elastic:` with nothing under it is no section (static)."""
     if isinstance(node, yaml.ScalarNode) and reader.scalar(node) is None:
         return ElasticPolicy()
-    keys = _mapping(reader, node, "elastic", SECTION_KEYS)
+    keys = section_keys(reader, node, "elastic", SECTION_KEYS)
     defaults = ElasticPolicy()
 
     def duration(key: str, default: float, most: float) -> float:
@@ -86,22 +87,6 @@ def parse_elastic(reader: YamlSource, node: yaml.Node) -> ElasticPolicy:
     )
 
 
-def _mapping(
-    reader: YamlSource, node: yaml.Node, what: str, valid: tuple[str, ...]
-) -> dict[str, tuple[yaml.Node, yaml.Node]]:
-    if not isinstance(node, yaml.MappingNode):
-        raise reader.fail(node, f"{what}: expected a mapping of {', '.join(valid)}")
-    keys = reader.mapping(node, what)
-    for key, (key_node, _) in keys.items():  # file order: the first bad key is named
-        if key not in valid:
-            raise reader.fail(
-                key_node,
-                f"{what}: unknown key {shown(key)}{did_you_mean(key, valid)}; "
-                f"known keys: {', '.join(valid)}",
-            )
-    return keys
-
-
 def _bool(
     reader: YamlSource,
     keys: dict[str, tuple[yaml.Node, yaml.Node]],
@@ -130,7 +115,7 @@ def _rules(reader: YamlSource, node: yaml.Node) -> tuple[ElasticRule, ...]:
 
 def _rule(reader: YamlSource, node: yaml.Node, number: int) -> ElasticRule:
     what = f"elastic rule {number}"
-    keys = _mapping(reader, node, what, RULE_KEYS)
+    keys = section_keys(reader, node, what, RULE_KEYS)
     vendor = _vendor(reader, keys, what)
     model = _model(reader, keys, what)
     enabled = _bool(reader, keys, "enabled", what, default=True)

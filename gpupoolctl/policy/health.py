@@ -11,8 +11,9 @@ from __future__ import annotations
 import yaml
 
 from gpupoolctl.policy.model import RETURN_TO_SERVICE, HealthPolicy
+from gpupoolctl.policy.sections import section_keys
 from gpupoolctl.policy.values import duration_s, shown
-from gpupoolctl.yamlsource import YamlSource, did_you_mean
+from gpupoolctl.yamlsource import YamlSource
 
 SECTION_KEYS = ("node-dead-after", "return-to-service")
 # Below a few seconds one slow answer (a loaded node, a long link) would lose a node; above
@@ -26,16 +27,7 @@ def parse_health(reader: YamlSource, node: yaml.Node) -> HealthPolicy:
     defaults = HealthPolicy()
     if isinstance(node, yaml.ScalarNode) and reader.scalar(node) is None:
         return defaults
-    if not isinstance(node, yaml.MappingNode):
-        raise reader.fail(node, f"health: expected a mapping of {', '.join(SECTION_KEYS)}")
-    keys = reader.mapping(node, "health")
-    for key, (key_node, _) in keys.items():  # file order: the first bad key is named
-        if key not in SECTION_KEYS:
-            raise reader.fail(
-                key_node,
-                f"health: unknown key {shown(key)}{did_you_mean(key, SECTION_KEYS)}; "
-                f"known keys: {', '.join(SECTION_KEYS)}",
-            )
+    keys = section_keys(reader, node, "health", SECTION_KEYS)
     dead_after = defaults.node_dead_after_s
     if "node-dead-after" in keys:
         value_node = keys["node-dead-after"][1]
