@@ -92,6 +92,9 @@ class State:
     lost: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Runs to kill when their host answers again, by fence_key(host, node_id).
     fences: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Team -> [GiB-seconds held, decayed to ts; ts]: the history fair share weighs (holds
+    # that ended; what is held now is counted by the scheduler).
+    team_usage: dict[str, list[Any]] = field(default_factory=dict)
     # recutting_slices() as of (seq, slice map): reports ask it once per slice.
     _recutting: tuple[tuple[int, int], dict[str, str]] | None = field(
         default=None, repr=False, compare=False
@@ -175,10 +178,26 @@ class State:
             return
         if ts:
             self._touch(alloc.slices, ts)
+            team = alloc.request.get("team")
+            if team:
+                self._count_usage(str(team), alloc, ts)
         for slice_id in alloc.slices:
             if self.holders.get(slice_id) == alloc_id:
                 del self.holders[slice_id]
         self.closed[alloc_id] = how
+
+    def _count_usage(self, team: str, alloc: Allocation, ts: str) -> None:
+        """Add a hold that ended to its team's decayed usage."""
+        end = min(ts, alloc.expires) if alloc.expires else ts
+        seconds = max(0.0, seconds_between(alloc.created, end))
+        memory = sum(int((self.slices.get(s) or {}).get("memory_mib") or 0) for s in alloc.slices)
+        before = self.team_usage.get(team)
+        value = decayed(float(before[0]), str(before[1]), ts) if before else 0.0
+        self.team_usage[team] = [value + memory / 1024 * seconds, ts]
+
+    def team_history(self, now: str) -> dict[str, float]:
+        """Team -> GiB-seconds of holds that ended, decayed to `now` (fair share)."""
+        return {team: decayed(float(v), str(at), now) for team, (v, at) in self.team_usage.items()}
 
     def _release(self, record: dict[str, Any]) -> None:
         self._close(record["seq"], str(record["data"]["id"]), "release", record["ts"])
@@ -460,6 +479,7 @@ class State:
             "silent": dict(self.silent),
             "lost": list(self.lost.values()),
             "fences": list(self.fences.values()),
+            "team_usage": dict(self.team_usage),
         }
 
     @classmethod
@@ -484,6 +504,8 @@ class State:
         state.silent = dict(raw.get("silent", {}))
         state.lost = {entry["host"]: dict(entry) for entry in raw.get("lost", [])}
         state.fences = {fence_key(f["host"], f["node_id"]): dict(f) for f in raw.get("fences", [])}
+        # Written by versions with teams; older snapshots have none.
+        state.team_usage = {k: list(v) for k, v in raw.get("team_usage", {}).items()}
         # Recently finished jobs kept by compaction (not part of equality, like `finished`).
         state.finished = {j["id"]: dict(j) for j in raw.get("finished", [])}
         return state
@@ -508,6 +530,24 @@ _HANDLERS = {
     "host": State._host,
     "fence": State._fence,
 }
+
+
+# Fair share's usage halves every week (Slurm's PriorityDecayHalfLife default): last
+# month's burst weighs little against this week's.
+FAIR_SHARE_HALF_LIFE_S = 7 * 86400.0
+
+
+def seconds_between(start: str, end: str) -> float:
+    from gpupoolctl.ledger.units import parse_ts
+
+    return (parse_ts(end) - parse_ts(start)).total_seconds()
+
+
+def decayed(value: float, since: str, now: str) -> float:
+    """`value` recorded at `since`, decayed to `now` with FAIR_SHARE_HALF_LIFE_S."""
+    if not value or now <= since:
+        return value
+    return value * 0.5 ** (seconds_between(since, now) / FAIR_SHARE_HALF_LIFE_S)
 
 
 def fence_key(host: str, node_id: str) -> str:

@@ -50,6 +50,8 @@ class Holder:
     preemptible: bool = False
     since: str | None = None
     expires: str | None = None
+    team: str | None = None  # the team whose quota it counts against; None: no team
+    borrowed: bool = False  # placed above its team's nominal quota: reclaim may take it
 
     @property
     def victim_id(self) -> str:
@@ -553,6 +555,7 @@ def _holder(alloc: Allocation, slices: tuple[str, ...], job: dict[str, Any] | No
         return None
 
     priority = first("priority")
+    team = first("team")
     return Holder(
         alloc=alloc.id,
         owner=alloc.owner,
@@ -562,4 +565,6 @@ def _holder(alloc: Allocation, slices: tuple[str, ...], job: dict[str, Any] | No
         preemptible=bool(first("preemptible")),
         since=alloc.created,
         expires=alloc.expires,
+        team=str(team) if team else None,
+        borrowed=bool(request.get("borrowed")),
     )

@@ -37,13 +37,21 @@ def choose_preemption(
     policy: str = "best-fit",
     *,
     spare: AbstractSet[str] = frozenset(),
+    candidates: list[Holder] | None = None,
 ) -> list[str] | None:
     """Victim ids (job ids; allocation ids for holds not known as a job's), [] when the
     request fits already, None when no set of eligible victims makes it fit. Holds whose
-    allocation id is in `spare` are never chosen (placements of the pass being decided)."""
+    allocation id is in `spare` are never chosen (placements of the pass being decided).
+    `candidates`: choose among these holds instead of every eligible one (reclaim, and
+    priority preemption within a team)."""
     if isinstance(place(request, pool, policy), Placement):
         return []
-    victims = [h for h in pool.holds.values() if h.alloc not in spare and eligible(h, request, now)]
+    if candidates is not None:
+        victims = [h for h in candidates if h.alloc not in spare]
+    else:
+        victims = [
+            h for h in pool.holds.values() if h.alloc not in spare and eligible(h, request, now)
+        ]
     if not victims:
         return None
     matching = {s.id: s for s in pool.all_candidates(request)}

@@ -26,11 +26,14 @@ that elastic may cut for it and choose the re-cuts that let waiting work fit
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from gpupoolctl.sched import shares as share_rules
 from gpupoolctl.sched.entry import QueueEntry
 from gpupoolctl.sched.place import NoFit, Placement, place
 from gpupoolctl.sched.pool import Holder, PoolView
@@ -40,6 +43,7 @@ from gpupoolctl.sched.request import PRIORITY_MAX, JobRequest
 if TYPE_CHECKING:
     from gpupoolctl.ledger.state import State
     from gpupoolctl.sched.elastic import ElasticInputs, Recut
+    from gpupoolctl.sched.shares import ShareInputs
 
 AGING_INTERVAL = timedelta(minutes=2)
 AGING_CAP = PRIORITY_MAX
@@ -85,6 +89,9 @@ class PassResult:
     # what follows is decided again once they are gone).
     preempt: tuple[QueueEntry, list[str]] | None = None
     recuts: list[Recut] = field(default_factory=list)  # elastic re-cuts to make
+    # With teams: the preemption is a reclaim (victims are requeued, whatever they asked)
+    reclaim: bool = False
+    borrowed: set[str] = field(default_factory=set)  # entries placed above their nominal
 
 
 def schedule_pass(
@@ -98,12 +105,14 @@ def schedule_pass(
     preempt: bool = False,
     no_preempt: frozenset[str] = frozenset(),
     elastic: ElasticInputs | None = None,
+    shares: ShareInputs | None = None,
 ) -> PassResult:
     """Place what fits, in queue order. Each placement is held on `pool` (as a Holder named
     after the entry id) so later entries see it: pass a view you do not need afterwards.
 
     `preempt`: an entry that does not fit may name victims (not for entry ids in
     `no_preempt`: their earlier victims are still stopping). `elastic`: re-cut idle cards.
+    `shares`: teams' quotas (limits, borrowing, reclaim) and fair-share order (sched.shares).
     """
     result = PassResult()
     # The pass only ever takes slices, so a request that did not fit cannot fit later in the
@@ -113,8 +122,10 @@ def schedule_pass(
     mine: set[str] = set()  # holds placed by this pass: never preemption victims
     backing_off: set[str] = set()  # restarts whose back-off has not passed: not re-cut for
     elastic_on = elastic is not None and elastic.policy.enabled
+    usage = share_rules.Usage.of_pool(pool, shares) if shares is not None else None
+    at_limit: set[str] = set()  # waiting for their team's quota: no re-cut for them
     try:
-        for entry in order_queue(entries, now, interval=interval, cap=cap):
+        for entry in _in_order(entries, now, interval, cap, usage):
             if entry.not_before is not None and entry.not_before > now:
                 # A restart waiting out its back-off: not placed, no victims, no slices
                 # reserved, no re-cut made for it; it only waits.
@@ -123,9 +134,28 @@ def schedule_pass(
                 backing_off.add(entry.id)
                 continue
             how = entry.policy or policy
-            shape = entry.request.shape_key()
-            outcome = failed.get((shape, how)) or _place(entry.request, pool, how, elastic)
+            team = entry.request.team if usage is not None else None
+            key = (entry.request.shape_key(), how, team)
+            outcome = failed.get(key)
+            if outcome is None:
+                if usage is not None and team is not None:
+                    outcome = share_rules.place_for_team(
+                        team,
+                        entry.request,
+                        pool,
+                        usage,
+                        partial(_place, entry.request, pool, how, elastic),
+                    )
+                else:
+                    outcome = _place(entry.request, pool, how, elastic)
             if isinstance(outcome, Placement):
+                borrowed = False
+                if usage is not None and team is not None:
+                    taken = [pool.slices[s] for s in outcome.slices]
+                    borrowed = share_rules.borrows(team, taken, usage)
+                    usage.change(team, taken, +1)
+                    if borrowed:
+                        result.borrowed.add(entry.id)
                 pool.hold(
                     outcome.slices,
                     Holder(
@@ -135,17 +165,41 @@ def schedule_pass(
                         job=entry.job,
                         priority=entry.request.priority,
                         preemptible=entry.request.preemptible,
+                        team=team,
+                        borrowed=borrowed,
                     ),
                 )
                 mine.add(entry.id)
                 result.placed.append((entry, outcome))
                 continue
-            failed[(shape, how)] = outcome
+            failed[key] = outcome
             if outcome.never:
                 result.never.append((entry, outcome))
                 continue
+            if isinstance(outcome, share_rules.QuotaWait):
+                at_limit.add(entry.id)
+                result.waiting.append((entry, outcome))
+                continue
             if preempt and entry.id not in no_preempt:
-                victims = choose_preemption(entry.request, pool, now, how, spare=mine)
+                if team is not None and usage is not None and usage.inputs.reclaim:
+                    victims = share_rules.choose_reclaim(
+                        team, entry.request, pool, usage, now, how, spare=mine
+                    )
+                    if victims:
+                        result.preempt, result.reclaim = (entry, victims), True
+                        break
+                candidates = None
+                if usage is not None:  # with teams, priority preemption stays in the team
+                    from gpupoolctl.sched.preempt import eligible
+
+                    candidates = [
+                        h
+                        for h in pool.holds.values()
+                        if h.team == team and eligible(h, entry.request, now)
+                    ]
+                victims = choose_preemption(
+                    entry.request, pool, now, how, spare=mine, candidates=candidates
+                )
                 if victims:
                     result.preempt = (entry, victims)
                     break
@@ -165,9 +219,43 @@ def schedule_pass(
         assert elastic is not None
         from gpupoolctl.sched.elastic import plan_recuts
 
-        ready = [e for e, _ in result.waiting if e.id not in backing_off]
+        ready = [e for e, _ in result.waiting if e.id not in backing_off | at_limit]
         result.recuts = plan_recuts(ready, pool, elastic, now)
     return result
+
+
+def _in_order(
+    entries: Sequence[QueueEntry],
+    now: datetime,
+    interval: timedelta,
+    cap: int,
+    usage: share_rules.Usage | None,
+) -> Iterator[QueueEntry]:
+    """order_queue's order; with teams, within one effective priority the team with the
+    least usage for its share next, its usage counting what this pass has placed so far
+    (the caller updates `usage` between entries)."""
+    ordered = order_queue(entries, now, interval=interval, cap=cap)
+    if usage is None:
+        yield from ordered
+        return
+    rank = {e.id: -effective_priority(e, now, interval=interval, cap=cap) for e in ordered}
+    per_team: dict[str | None, deque[QueueEntry]] = {}
+    for entry in ordered:
+        per_team.setdefault(entry.request.team, deque()).append(entry)
+    while per_team:
+        best_team = min(
+            per_team,
+            key=lambda t: (
+                rank[per_team[t][0].id],
+                usage.fair_share_key(t),
+                per_team[t][0].seq,
+                per_team[t][0].id,
+            ),
+        )
+        queue = per_team[best_team]
+        yield queue.popleft()
+        if not queue:
+            del per_team[best_team]
 
 
 def backoff_reason(seconds: int) -> str:

@@ -57,6 +57,7 @@ class JobRequest:
     host: str | None = None
     priority: int = PRIORITIES["normal"]
     preemptible: bool = False
+    team: str | None = None  # whose quota it counts against (policy teams:); None: no team
 
     def validate(self) -> None:
         """Refuse malformed or self-contradicting requests up front (UsageError, exit 2)."""
@@ -77,6 +78,8 @@ class JobRequest:
             raise UsageError(f"unknown bandwidth class {self.bandwidth_class!r}: use {names}")
         if self.host is not None and not self.host.strip():
             raise UsageError("host pattern must not be empty")
+        if self.team is not None and not self.team.strip():
+            raise UsageError("team must not be empty")
         if not PRIORITY_MIN <= self.priority <= PRIORITY_MAX:
             raise UsageError(f"priority must be within 0..100 (got {self.priority})")
 

@@ -1,0 +1,423 @@
+"""Teams' shares of the pool: quota limits at placement, fair-share order, reclaim.
+
+Pure decisions on a PoolView, for sched.schedule_pass (production and the benchmarks alike).
+
+- A team's quota in force (policy.PoolPolicy.quota_in_force: windows applied) is a list of
+  scopes (the whole pool, or a site / vendor / model); a scope counts GPU memory, whole
+  cards, slices and per-profile slices of what the team holds on the slices it selects.
+  A team with scopes may only use slices some scope selects; a team with none is not
+  limited (it is counted for fair share only). Work outside every team (no team given and
+  none by default) is not limited either.
+- Admission: a placement may take a team up to nominal + borrowing limit per resource. Above
+  nominal it borrows: only from capacity that no other team keeps for itself (the part of
+  another team's unused nominal beyond its lending limit stays free for it).
+- Order: within one effective priority, the team with the least usage for its share goes
+  first (usage = decayed history + what it holds now, share = its nominal GPU memory), and
+  placements made in the pass count at once, so one team's burst interleaves with the
+  others' work instead of going first whole.
+- Reclaim (Kueue's reclaimWithinCohort, Volcano's deserved share): work of a team that is
+  within its nominal and does not fit may stop jobs of teams above their nominal: only jobs
+  that borrowed when placed, or that are preemptible; lowest priority first, newest first;
+  never taking a team below its nominal. They are requeued (their checkpoint signal and
+  grace first); reclaim does not count against restart budgets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpupoolctl.policy.model import CARDS, GPU_MEMORY, SLICES, QuotaScope
+from gpupoolctl.sched.place import NoFit, Placement, place
+from gpupoolctl.sched.pool import Holder, PoolView
+from gpupoolctl.sched.request import JobRequest
+
+MIB_PER_GIB = 1024
+
+
+@dataclass(frozen=True)
+class ShareInputs:
+    """What share decisions need, built by the caller from the policy and the ledger."""
+
+    # Team -> its quota in force now; () for a team that is not limited.
+    quotas: Mapping[str, tuple[QuotaScope, ...]]
+    # Team -> usage history (GiB-seconds, decayed to now) for fair share.
+    history: Mapping[str, float] = field(default_factory=dict)
+    reclaim: bool = True
+
+    def limited(self, team: str | None) -> bool:
+        return team is not None and bool(self.quotas.get(team))
+
+    def share(self, team: str) -> float:
+        """The team's nominal GPU memory (GiB) over all scopes: its weight for fair share."""
+        return sum(s.nominal.get(GPU_MEMORY, 0) for s in self.quotas.get(team, ())) / MIB_PER_GIB
+
+
+def slice_amounts(entry: Mapping[str, Any], scope: QuotaScope) -> dict[str, int]:
+    """What one slice counts for, in the resources `scope` names (empty when the scope does
+    not select it)."""
+    if not scope.selects(entry):
+        return {}
+    out: dict[str, int] = {}
+    kind = str(entry.get("kind") or "").lower()
+    profile = str(entry.get("profile") or "").lower().split("/")[0]
+    for resource in scope.resources():
+        if resource == GPU_MEMORY:
+            out[resource] = int(entry.get("memory_mib") or 0)
+        elif resource == CARDS:
+            out[resource] = 1 if kind == "gpu" else 0
+        elif resource == SLICES:
+            out[resource] = 1
+        else:
+            out[resource] = 1 if resource in (kind, profile) else 0
+    return out
+
+
+def add(total: dict[str, int], amounts: Mapping[str, int], sign: int = 1) -> None:
+    for resource, amount in amounts.items():
+        total[resource] = total.get(resource, 0) + sign * amount
+
+
+def amount_text(resource: str, amount: int) -> str:
+    """'160 GiB' of GPU memory, '2 cards', '3 1g.10gb'."""
+    if resource == GPU_MEMORY:
+        return f"{amount / MIB_PER_GIB:g} GiB"
+    return f"{amount} {resource}"
+
+
+def of_text(resource: str, used: int, limit: int) -> str:
+    """'120 of 160 GiB', '2 of 2 cards'."""
+    if resource == GPU_MEMORY:
+        return f"{used / MIB_PER_GIB:g} of {limit / MIB_PER_GIB:g} GiB"
+    return f"{used} of {limit} {resource}"
+
+
+@dataclass
+class Usage:
+    """What each team holds, per scope of its quota in force (index as in the quota), and
+    in GPU memory overall (for fair share). Kept up to date through a pass."""
+
+    inputs: ShareInputs
+    held: dict[str, list[dict[str, int]]] = field(default_factory=dict)
+    memory_mib: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of_pool(cls, pool: PoolView, inputs: ShareInputs) -> Usage:
+        usage = cls(inputs)
+        for holder in pool.holds.values():
+            if holder.team is not None:
+                usage.change(holder.team, [pool.slices[s] for s in holder.slices], +1)
+        return usage
+
+    def scopes(self, team: str) -> tuple[QuotaScope, ...]:
+        return self.inputs.quotas.get(team, ())
+
+    def of(self, team: str) -> list[dict[str, int]]:
+        found = self.held.get(team)
+        if found is None:
+            found = self.held[team] = [{} for _ in self.scopes(team)]
+        return found
+
+    def change(self, team: str, entries: Sequence[Mapping[str, Any]], sign: int) -> None:
+        self.memory_mib[team] = self.memory_mib.get(team, 0) + sign * sum(
+            int(e.get("memory_mib") or 0) for e in entries
+        )
+        per_scope = self.of(team)
+        for index, scope in enumerate(self.scopes(team)):
+            for entry in entries:
+                add(per_scope[index], slice_amounts(entry, scope), sign)
+
+    def above_nominal(self, team: str, index: int, resource: str) -> int:
+        """How far the team is above its nominal in a scope (0 when within it)."""
+        scope = self.scopes(team)[index]
+        return max(0, self.of(team)[index].get(resource, 0) - scope.nominal.get(resource, 0))
+
+    def fair_share_key(self, team: str | None) -> float:
+        """Usage over share, lower first: history plus what it holds now (GiB-seconds count
+        one second of what it holds, so a team holding more goes later at equal history)."""
+        if team is None:
+            return 1.0
+        share = self.inputs.share(team)
+        used = self.inputs.history.get(team, 0.0) + self.memory_mib.get(team, 0) / MIB_PER_GIB
+        if share <= 0:
+            return float("inf") if used > 0 else 1.0
+        return used / share
+
+
+def refusal(
+    team: str, entries: Sequence[Mapping[str, Any]], usage: Usage, pool: PoolView
+) -> str | None:
+    """Why a placement of `entries` (slice dicts) would break the team's quota; None: it may
+    take them. Checks the limits (nominal + borrowing) and, where it borrows, that no other
+    team's kept capacity (nominal beyond its lending limit, unused) is taken."""
+    scopes = usage.scopes(team)
+    if not scopes:
+        return None
+    for entry in entries:
+        if not any(scope.selects(entry) for scope in scopes):
+            return f"team {team} has no quota on {entry.get('host')}'s {entry.get('model')} cards"
+    held = usage.of(team)
+    borrowing = False
+    for index, scope in enumerate(scopes):
+        taking: dict[str, int] = {}
+        for entry in entries:
+            add(taking, slice_amounts(entry, scope))
+        for resource, amount in taking.items():
+            if amount == 0:
+                continue
+            after = held[index].get(resource, 0) + amount
+            limit = scope.limit(resource)
+            if limit is not None and after > limit:
+                where = "" if scope.key == (None, None, None) else f" on {scope.describe()}"
+                used = held[index].get(resource, 0)
+                return f"team {team} at its limit ({of_text(resource, used, limit)}{where})"
+            if after > scope.nominal.get(resource, after):
+                borrowing = True
+    if borrowing:
+        return _kept_for_others(team, entries, usage, pool)
+    return None
+
+
+def borrows(team: str, entries: Sequence[Mapping[str, Any]], usage: Usage) -> bool:
+    """Whether taking `entries` takes the team above its nominal anywhere."""
+    for index, scope in enumerate(usage.scopes(team)):
+        taking: dict[str, int] = {}
+        for entry in entries:
+            add(taking, slice_amounts(entry, scope))
+        for resource, amount in taking.items():
+            nominal = scope.nominal.get(resource)
+            if (
+                nominal is not None
+                and amount > 0
+                and usage.of(team)[index].get(resource, 0) + amount > nominal
+            ):
+                return True
+    return False
+
+
+def _kept_for_others(
+    team: str, entries: Sequence[Mapping[str, Any]], usage: Usage, pool: PoolView
+) -> str | None:
+    """A borrower may not take what another team keeps: for each scope with a lending limit,
+    the free capacity it selects must stay at least its unused, unlendable nominal."""
+    for other, scopes in usage.inputs.quotas.items():
+        if other == team:
+            continue
+        for index, scope in enumerate(scopes):
+            for resource in scope.nominal:
+                lendable = scope.lendable(resource)
+                if lendable is None:
+                    continue
+                kept = scope.nominal[resource] - lendable - usage.of(other)[index].get(resource, 0)
+                if kept <= 0:
+                    continue
+                taking = sum(slice_amounts(e, scope).get(resource, 0) for e in entries)
+                if taking == 0:
+                    continue
+                free = sum(
+                    slice_amounts(pool.slices[sid], scope).get(resource, 0) for sid in pool.free
+                )
+                if free - taking < kept:
+                    return (
+                        f"team {team} is at its nominal quota and the rest is kept for team "
+                        f"{other} ({amount_text(resource, kept)} it does not lend)"
+                    )
+    return None
+
+
+def out_of_reach(team: str, usage: Usage, pool: PoolView) -> list[str]:
+    """Free slices that the team may not take one by one: on no scope of its quota, or one
+    that is already at its limit for what the slice counts. Hidden from its placement, so
+    that place() picks among what the team may have."""
+    scopes = usage.scopes(team)
+    if not scopes:
+        return []
+    held = usage.of(team)
+    hidden = []
+    for sid in pool.free:
+        entry = pool.slices[sid]
+        allowed = False
+        for index, scope in enumerate(scopes):
+            amounts = slice_amounts(entry, scope)
+            if not amounts:
+                continue
+            over = False
+            for resource, amount in amounts.items():
+                limit = scope.limit(resource)
+                if amount and limit is not None and held[index].get(resource, 0) + amount > limit:
+                    over = True
+                    break
+            if over:
+                allowed = False
+                break
+            allowed = True
+        if not allowed:
+            hidden.append(sid)
+    return hidden
+
+
+def within_nominal(team: str, entries: Sequence[Mapping[str, Any]], usage: Usage) -> bool:
+    """Whether the team, holding `entries` too, stays within its nominal in every scope
+    that counts them: work that may reclaim what others borrowed."""
+    scopes = usage.scopes(team)
+    if not scopes:
+        return False
+    for index, scope in enumerate(scopes):
+        taking: dict[str, int] = {}
+        for entry in entries:
+            add(taking, slice_amounts(entry, scope))
+        for resource, amount in taking.items():
+            if amount and usage.of(team)[index].get(resource, 0) + amount > scope.nominal.get(
+                resource, 0
+            ):
+                return False
+    return True
+
+
+def reclaimable(team: str, usage: Usage, pool: PoolView, spare: Iterable[str] = ()) -> list[Holder]:
+    """Holds that reclaim may stop for `team`'s work: jobs of other teams above their nominal
+    that borrowed or are preemptible, cheapest first per team (lowest priority, newest), and
+    per team only as many as keep it at or above its nominal in every scope they count in.
+    Any subset of the result keeps every team at or above its nominal."""
+    skip = set(spare)
+    by_team: dict[str, list[Holder]] = {}
+    for holder in pool.holds.values():
+        if holder.alloc in skip or holder.job is None or holder.team in (None, team):
+            continue
+        if not (holder.borrowed or holder.preemptible):
+            continue
+        if not usage.scopes(str(holder.team)):
+            continue  # a team without a quota has no nominal to be above
+        by_team.setdefault(str(holder.team), []).append(holder)
+    chosen: list[Holder] = []
+    for other, holders in sorted(by_team.items()):
+        holders.sort(key=lambda h: (h.priority or 0, _newest_first(h.since), h.alloc))
+        room = [
+            {r: usage.above_nominal(other, i, r) for r in scope.nominal}
+            for i, scope in enumerate(usage.scopes(other))
+        ]
+        for holder in holders:
+            entries = [pool.slices[s] for s in holder.slices]
+            takes = []
+            fits = True
+            for index, scope in enumerate(usage.scopes(other)):
+                amounts: dict[str, int] = {}
+                for entry in entries:
+                    add(amounts, slice_amounts(entry, scope))
+                for resource, amount in amounts.items():
+                    if resource in room[index] and amount > room[index][resource]:
+                        fits = False
+                takes.append(amounts)
+            if not fits:
+                continue
+            for index, amounts in enumerate(takes):
+                for resource, amount in amounts.items():
+                    if resource in room[index]:
+                        room[index][resource] -= amount
+            chosen.append(holder)
+    return chosen
+
+
+def _newest_first(since: str | None) -> tuple[int, ...]:
+    return tuple(-ord(c) for c in since or "")
+
+
+class QuotaWait(NoFit):
+    """A request that waits for its team's quota, not for free slices: no preemption and
+    no re-cut is made for it."""
+
+
+def place_for_team(
+    team: str,
+    request: JobRequest,
+    pool: PoolView,
+    usage: Usage,
+    place_any: Callable[[], Placement | NoFit],
+) -> Placement | NoFit:
+    """The placement of a team's request (place_any places it on `pool` as it is), within
+    its quota: first as placement would choose; when that breaks the quota, again with the
+    slices the team may not take hidden; a QuotaWait with the quota's reason otherwise."""
+    scopes = usage.scopes(team)
+    if scopes and not _reachable(team, request, pool, scopes):
+        return NoFit(
+            f"team {team} has no quota on any card that could hold {request.describe()}",
+            never=True,
+        )
+    first = place_any()
+    if isinstance(first, NoFit):
+        return first
+    why = refusal(team, [pool.slices[s] for s in first.slices], usage, pool)
+    if why is None:
+        return first
+    hidden = out_of_reach(team, usage, pool)
+    for sid in hidden:
+        pool.take(sid)
+    try:
+        second = place_any() if hidden else first
+    finally:
+        for sid in reversed(hidden):
+            pool.give(sid)
+    if isinstance(second, Placement) and (
+        refusal(team, [pool.slices[s] for s in second.slices], usage, pool) is None
+    ):
+        return second
+    return QuotaWait(why, never=False)
+
+
+def _reachable(
+    team: str, request: JobRequest, pool: PoolView, scopes: tuple[QuotaScope, ...]
+) -> bool:
+    """Whether any slice that could ever serve the request is on one of the team's scopes."""
+
+    def compute() -> bool:
+        return any(
+            any(scope.selects(pool.slices[slot.id]) for scope in scopes)
+            for slot in pool.all_candidates(request)
+        )
+
+    key = ("team-reach", team, request.static_key(), request.host, scopes)
+    return pool.static_cache(key, compute)
+
+
+def choose_reclaim(
+    team: str,
+    request: JobRequest,
+    pool: PoolView,
+    usage: Usage,
+    now: datetime,
+    policy: str,
+    *,
+    spare: Iterable[str] = (),
+) -> list[str] | None:
+    """Victims whose end lets the team's request fit within its nominal quota: among
+    `reclaimable` holds on slices the team's quota covers, the fewest (preempt's rule).
+    None when reclaim cannot make it fit, or the placement would take the team above its
+    nominal (borrowing is only from idle capacity, never by stopping work)."""
+    scopes = usage.scopes(team)
+    spared = set(spare)
+    candidates = [
+        h
+        for h in reclaimable(team, usage, pool, spared)
+        if all(any(scope.selects(pool.slices[s]) for scope in scopes) for s in h.slices)
+    ]
+    if not candidates:
+        return None
+    from gpupoolctl.sched.preempt import choose_preemption
+
+    victims = choose_preemption(request, pool, now, policy, spare=spared, candidates=candidates)
+    if not victims:
+        return None
+    chosen = [h for h in candidates if h.victim_id in set(victims)]
+    for holder in chosen:
+        pool.unhold(holder.alloc)
+    try:
+        placed = place(request, pool, policy)
+        ok = isinstance(placed, Placement) and within_nominal(
+            team, [pool.slices[s] for s in placed.slices], usage
+        )
+    finally:
+        for holder in chosen:
+            pool.hold(holder.slices, holder)
+    return victims if ok else None
