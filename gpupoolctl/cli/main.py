@@ -83,8 +83,8 @@ COMMANDS = (
     LazyCommand(
         "policy",
         "gpupoolctl.cli.policy_cmd",
-        "The pool policy file: which cards the scheduling loop may re-cut (elastic), into "
-        "what, how often; when a silent node is lost (health).",
+        "The pool policy file: which cards the scheduling loop may re-cut (elastic), when a "
+        "silent node is lost (health), teams and their quotas, time windows, pool admins.",
     ),
     LazyCommand(
         "ledger",
@@ -240,7 +240,8 @@ def root(
             "--pool-policy",
             envvar="GPUPOOL_POLICY",
             parser=_given_path,
-            help="Pool policy file: what the scheduling loop may do (elastic re-cuts). "
+            help="Pool policy file: what the scheduling loop may do (elastic re-cuts, health, "
+            "teams and quotas, time windows, admins). "
             "Default: ~/.config/gpupoolctl/pool.yaml if it exists, else a static pool.",
         ),
     ] = None,

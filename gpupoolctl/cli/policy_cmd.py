@@ -11,8 +11,8 @@ from gpupoolctl.cli.settings import OutputFormat, Settings
 from gpupoolctl.errors import UsageError
 
 app = typer.Typer(
-    help="The pool policy file: which cards the scheduling loop may re-cut (elastic), into "
-    "what, how often; when a silent node is lost (health).",
+    help="The pool policy file: which cards the scheduling loop may re-cut (elastic), when a "
+    "silent node is lost (health), teams and their quotas, time windows, pool admins.",
     no_args_is_help=True,
 )
 
@@ -40,7 +40,8 @@ def check(
         ),
     ] = None,
 ) -> None:
-    """Validate a pool policy file and summarize what it allows.
+    """Validate a pool policy file and summarize what it allows: elastic rules, health,
+    teams and their quotas, windows, admins.
 
     Exit 0 when it is valid; 1 with one line naming FILE:LINE when it is not; 2 when there
     is no file to check.
@@ -64,7 +65,8 @@ def check(
 @app.command("show")
 def show(ctx: typer.Context) -> None:
     """The policy in force: its file (--pool-policy, GPUPOOL_POLICY or
-    ~/.config/gpupoolctl/pool.yaml) and what it allows; without one, a static pool."""
+    ~/.config/gpupoolctl/pool.yaml) and what it allows (elastic rules, health, teams and
+    their quotas, windows, admins); without one, a static pool."""
     from gpupoolctl.policy.where import resolve_policy
 
     settings: Settings = ctx.obj
@@ -85,6 +87,8 @@ def _render(settings: Settings, data: dict[str, Any], head: str) -> None:
         typer.echo(line)
     if rows:
         table(settings, rows, COLUMNS)
+    for line in _people(data):
+        typer.echo(line)
 
 
 def _health_line(health: dict[str, Any]) -> str:
@@ -142,3 +146,70 @@ def _into(rule: dict[str, Any]) -> str:
         modes = rule["amd_modes"]
         parts.append("AMD " + (", ".join(modes) if modes else "any mode the product allows"))
     return "; ".join(parts)
+
+
+def _people(data: dict[str, Any]) -> list[str]:
+    """Admins, teams with their quota per scope, and windows, as short lines."""
+    admins, teams = data["admins"], data["teams"]["teams"]
+    names = [*admins["users"], *(f"group:{g}" for g in admins["groups"])]
+    if not (names or teams or data["windows"]):
+        return []  # a file without these sections reads as before they existed
+    lines = [f"admins: {', '.join(names)} (and root)" if names else "admins: root only"]
+    if teams:
+        lines.append("teams (a team without a quota is not limited):")
+    for team in teams:
+        members = [*team["users"], *(f"group:{g}" for g in team["groups"])]
+        default = " (default: users in no team)" if team["default"] else ""
+        lines.append(f"  {team['name']}{default}: {', '.join(members) or 'no members'}")
+        lines.extend(f"    {_scope_text(scope)}" for scope in team["quota"])
+    if data["windows"]:
+        lines.append("windows (the first active one wins):")
+    for window in data["windows"]:
+        lines.append(
+            f"  {window['name']}: {_days(window['days'])} {window['hours']} {window['timezone']}"
+        )
+        for team, scopes in window["teams"].items():
+            lines.extend(f"    {team}, {_scope_text(scope)}" for scope in scopes)
+        if window["elastic"] is not None:
+            elastic = window["elastic"]
+            count = len(elastic["rules"])
+            state = f"on, {count} rule{'' if count == 1 else 's'}" if elastic["enabled"] else "off"
+            lines.append(f"    elastic replaced: {state}")
+    return lines
+
+
+def _days(days: list[str]) -> str:
+    """['mon', 'tue', 'wed', 'sat'] -> 'mon-wed,sat'; all seven -> 'daily'."""
+    from gpupoolctl.policy.model import DAY_NAMES
+
+    if len(days) == len(DAY_NAMES):
+        return "daily"
+    runs: list[list[int]] = []
+    for day in sorted(DAY_NAMES.index(d) for d in days):
+        if runs and runs[-1][-1] == day - 1:
+            runs[-1].append(day)
+        else:
+            runs.append([day])
+    return ",".join(
+        DAY_NAMES[run[0]] + (f"-{DAY_NAMES[run[-1]]}" if len(run) > 1 else "") for run in runs
+    )
+
+
+def _scope_text(scope: dict[str, Any]) -> str:
+    parts = [f"{label} {scope[label]}" for label in ("site", "vendor", "model") if scope[label]]
+    text = f"{', '.join(parts) or 'the whole pool'}: nominal {_vector(scope['nominal'])}"
+    if scope["borrowing_limit"] is not None:
+        text += f"; may borrow {_vector(scope['borrowing_limit'])} more"
+    if scope["lending_limit"] is not None:
+        text += f"; lends at most {_vector(scope['lending_limit'])}"
+    return text
+
+
+def _vector(vector: dict[str, int]) -> str:
+    def amount(name: str, value: int) -> str:
+        if name == "gpu-memory":
+            gib = f"{value / 1024:.1f}".removesuffix(".0")
+            return f"{gib} GiB GPU memory"
+        return f"{value} {name}"
+
+    return ", ".join(amount(name, value) for name, value in vector.items()) or "nothing"

@@ -5,8 +5,10 @@
     parse_policy(text, "pool.yaml")   # SourceError "pool.yaml:12: ...; expected ..."
 
 Sections: `elastic:` (which cards may be re-cut, into what, how often), `health:` (when a
-silent node is lost, whether it returns to service by itself). `teams:` and `windows:` are
-reserved for later versions and refused for now. This package
+silent node is lost, whether it returns to service by itself), `teams:` (members and quota
+scopes: nominal, borrowing and lending limits), `windows:` (times of the week, in a time
+zone, that replace teams' quotas and the elastic section; policy.quota_in_force and
+policy.elastic_in_force say what holds at a time), `admins:` (pool admins). This package
 sits below sched/ and jobs/ (they read it). The values (policy.model) are stdlib only; the
 readers (policy.load) are imported on first use, so a scheduler that only holds a policy
 does not load the YAML reader and the catalogs.

@@ -116,8 +116,8 @@ def _rules(reader: YamlSource, node: yaml.Node) -> tuple[ElasticRule, ...]:
 def _rule(reader: YamlSource, node: yaml.Node, number: int) -> ElasticRule:
     what = f"elastic rule {number}"
     keys = section_keys(reader, node, what, RULE_KEYS)
-    vendor = _vendor(reader, keys, what)
-    model = _model(reader, keys, what)
+    vendor = read_vendor(reader, keys, what)
+    model = read_model(reader, keys, what)
     enabled = _bool(reader, keys, "enabled", what, default=True)
     profiles = amd = None
     if "profiles" in keys:
@@ -201,9 +201,10 @@ def _hosts(
     return ",".join(patterns)
 
 
-def _vendor(
+def read_vendor(
     reader: YamlSource, keys: dict[str, tuple[yaml.Node, yaml.Node]], what: str
 ) -> str | None:
+    """keys["vendor"]: nvidia or amd (lower case); None when not given. Quota scopes too."""
     if "vendor" not in keys:
         return None
     node = keys["vendor"][1]
@@ -217,9 +218,10 @@ def _vendor(
     return value
 
 
-def _model(
+def read_model(
     reader: YamlSource, keys: dict[str, tuple[yaml.Node, yaml.Node]], what: str
 ) -> str | None:
+    """keys["model"]: a part of a GPU model (`4090` is the text); None when not given."""
     if "model" not in keys:
         return None
     node = keys["model"][1]

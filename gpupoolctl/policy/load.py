@@ -4,7 +4,9 @@ comes from policy.where.
     version: 1           # required once the file says anything
     elastic: {...}       # see policy.elastic
     health: {...}        # see policy.health
-    teams/windows        # reserved for later versions: refused for now
+    admins: [...]        # pool admins; see policy.teams
+    teams: {...}         # team members and quotas; see policy.teams and policy.quota
+    windows: [...]       # times that replace quotas and elastic; see policy.windows
 """
 
 from __future__ import annotations
@@ -16,17 +18,22 @@ import yaml
 from gpupoolctl.errors import SourceError
 from gpupoolctl.policy.elastic import parse_elastic
 from gpupoolctl.policy.health import parse_health
-from gpupoolctl.policy.model import WHAT, ElasticPolicy, HealthPolicy, PoolPolicy
+from gpupoolctl.policy.model import (
+    WHAT,
+    Admins,
+    ElasticPolicy,
+    HealthPolicy,
+    PoolPolicy,
+    TeamsPolicy,
+    Window,
+)
+from gpupoolctl.policy.teams import parse_admins, parse_teams
 from gpupoolctl.policy.values import shown
+from gpupoolctl.policy.windows import parse_windows
 from gpupoolctl.yamlsource import YamlSource, did_you_mean
 
 VERSION = 1
-SECTIONS = ("version", "elastic", "health")
-# Sections later work adds; a file using one must not be read as if it were not there.
-RESERVED = {
-    "teams": "team members, quotas and borrowing",
-    "windows": "time-of-day overrides",
-}
+SECTIONS = ("version", "elastic", "health", "admins", "teams", "windows")
 
 
 def parse_policy(text: str, source: str = "<stdin>") -> PoolPolicy:
@@ -39,18 +46,11 @@ def parse_policy(text: str, source: str = "<stdin>") -> PoolPolicy:
     if not isinstance(root, yaml.MappingNode):
         raise reader.fail(root, "the file: expected a mapping with version: 1 and sections")
     keys = reader.mapping(root, "the file")
-    known = (*SECTIONS, *RESERVED)
     for key, (key_node, _) in keys.items():  # file order: the first bad key is named
-        if key in RESERVED:
-            raise reader.fail(
-                key_node,
-                f"section {key!r} ({RESERVED[key]}) is not supported by this version yet; "
-                f"expected only: {', '.join(SECTIONS)}",
-            )
         if key not in SECTIONS:
             raise reader.fail(
                 key_node,
-                f"unknown section {shown(key)}{did_you_mean(key, known)}; "
+                f"unknown section {shown(key)}{did_you_mean(key, SECTIONS)}; "
                 f"known: {', '.join(SECTIONS)}",
             )
     if "version" not in keys:
@@ -67,7 +67,19 @@ def parse_policy(text: str, source: str = "<stdin>") -> PoolPolicy:
     health = HealthPolicy()
     if "health" in keys:
         health = parse_health(reader, keys["health"][1])
-    return PoolPolicy(source=source, elastic=elastic, health=health)
+    admins = parse_admins(reader, keys["admins"][1]) if "admins" in keys else Admins()
+    teams = parse_teams(reader, keys["teams"][1]) if "teams" in keys else TeamsPolicy()
+    windows: tuple[Window, ...] = ()
+    if "windows" in keys:  # after teams: a window may only name teams the file has
+        windows = parse_windows(reader, keys["windows"][1], teams)
+    return PoolPolicy(
+        source=source,
+        elastic=elastic,
+        health=health,
+        teams=teams,
+        windows=windows,
+        admins=admins,
+    )
 
 
 def load_policy(path: str | os.PathLike[str]) -> PoolPolicy:

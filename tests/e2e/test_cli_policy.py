@@ -63,13 +63,75 @@ def test_check_of_a_bad_file_exits_1_with_one_line_naming_file_and_line(cli) -> 
     assert f"{bad}:5: elastic rule 1: keep-whole: -2 is out of range; expected 0 to 64" in line
 
 
-def test_check_refuses_a_reserved_section_with_exit_1(cli) -> None:
-    bad = cli.tmp / "pool.yaml"
-    bad.write_text("version: 1\nelastic: {}\nteams:\n  ml: {members: [ana]}\n")
+SHARES = str(ROOT / "playbooks" / "shares.yaml")
+
+
+def test_the_shares_example_passes_check_and_shows_teams_windows_admins(cli) -> None:
+    run = cli("policy", "check", SHARES)
+    assert run.code == 0, run.stderr
+    assert run.stdout.startswith(f"{SHARES}: valid\n")
+    for words in (
+        "admins: ops, group:gpuadmin (and root)",
+        "  inference (default: users in no team): alice, bob, group:inference",
+        "    site singapore: nominal 600 GiB GPU memory, 7 1g.10gb; may borrow 400 GiB",
+        "windows (the first active one wins):",
+        "  singapore-day: mon-fri 08:00-20:00 Asia/Singapore",
+        "  dubai-night: daily 18:00-08:00 Asia/Dubai",
+        "    elastic replaced: on, 3 rules",
+    ):
+        assert words in run.stdout, run.stdout
+
+
+def test_show_json_includes_teams_windows_and_admins(cli) -> None:
+    run = cli("--pool-policy", SHARES, "policy", "show", "-o", "json")
+    assert run.code == 0, run.stderr
+    data = run.json()
+    assert data["admins"] == {"users": ["ops"], "groups": ["gpuadmin"]}
+    teams = data["teams"]["teams"]
+    assert [t["name"] for t in teams] == ["inference", "training"]
+    assert teams[0]["default"] is True and teams[0]["quota"][0]["site"] == "singapore"
+    assert teams[0]["quota"][0]["nominal"] == {"gpu-memory": 600 * 1024, "1g.10gb": 7}
+    windows = data["windows"]
+    assert [w["timezone"] for w in windows[:3]] == ["Asia/Singapore"] * 2 + ["Asia/Dubai"]
+    assert windows[0]["days"] == ["mon", "tue", "wed", "thu", "fri"]
+    assert windows[1]["hours"] == "20:00-08:00" and windows[1]["elastic"]["enabled"] is True
+    assert windows[0]["teams"]["inference"][0]["nominal"]["gpu-memory"] == 1100 * 1024
+    # Each team's line is its name's line in the file.
+    lines = Path(SHARES).read_text().splitlines()
+    assert [lines[t["line"] - 1].strip() for t in teams] == ["inference:", "training:"]
+    as_yaml = yaml.safe_load(cli("--pool-policy", SHARES, "-o", "yaml", "policy", "show").stdout)
+    assert as_yaml == data
+
+
+def test_the_plain_example_has_no_teams(cli) -> None:
+    data = cli("policy", "check", EXAMPLE, "-o", "json").json()
+    assert data["teams"]["teams"] == [] and data["windows"] == []
+    assert data["admins"] == {"users": [], "groups": []}
+    assert "teams" not in cli("policy", "check", EXAMPLE).stdout
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "words"),
+    [
+        ("teams:\n  ml: {}\nwindows:\n  - name: night\n    timezone: UTC\n    teams:\n"
+         "      mll: {quota: {nominal: {}}}\n", 8,
+         "window night: teams: no team 'mll' in teams: (did you mean 'ml'?); known teams: ml"),
+        ("windows:\n  - {name: w, timezone: Mars/Olympus}\n", 3,
+         "window w: timezone: unknown time zone 'Mars/Olympus'"),
+        ("teams:\n  ml:\n    quota:\n      nominal: {gpu-memory: 2PiB}\n", 5,
+         "team ml: quota: nominal: gpu-memory: '2PiB' is too large; expected at most 1 PiB"),
+        ("admins: {ops: yes}\n", 2, "admins: expected a list of user names"),
+    ],
+    ids=["window-team", "timezone", "memory", "admins"],
+)  # fmt: skip
+def test_a_bad_teams_file_exits_1_with_one_line_naming_file_and_line(
+    cli, body: str, line: int, words: str
+) -> None:
+    bad = cli.tmp / "shares.yaml"
+    bad.write_text("version: 1\n" + body)
     run = cli("policy", "check", str(bad), "-o", "json")
     assert run.code == 1 and run.stdout == ""
-    assert f"{bad}:3: section 'teams'" in one_error_line(run.stderr)
-    assert "not supported by this version yet" in run.stderr
+    assert f"{bad}:{line}: {words}" in one_error_line(run.stderr), run.stderr
 
 
 def test_check_of_a_missing_file_exits_1_naming_it(cli) -> None:

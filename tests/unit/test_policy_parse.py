@@ -169,17 +169,18 @@ BAD = {
     "unknown-section": (
         "version: 1\nelastc: {}\n",
         2,
-        "unknown section 'elastc' (did you mean 'elastic'?); known: version, elastic, health",
+        "unknown section 'elastc' (did you mean 'elastic'?); known: version, elastic, health, "
+        "admins, teams, windows",
     ),
-    "teams": (
-        "version: 1\nteams:\n  ml: {}\n",
-        2,
-        "section 'teams' (team members, quotas and borrowing) is not supported by this version yet",
-    ),
-    "windows": (
-        "version: 1\nelastic: {}\nwindows: []\n",
+    "teams-list": (
+        "version: 1\nteams:\n  - ml\n",
         3,
-        "section 'windows' (time-of-day overrides) is not supported by this version yet",
+        "teams: expected a mapping of team name -> {members, default, quota}",
+    ),
+    "windows-mapping": (
+        "version: 1\nelastic: {}\nwindows: {day: 1}\n",
+        3,
+        "windows: expected a list of windows (- name: ..., timezone: ...)",
     ),
     "health-key": (
         "version: 1\n\nhealth: {lost-after: 5m}\n",
@@ -476,8 +477,8 @@ def test_each_bad_input_is_one_line_at_its_line(text: str, line: int, words: str
 
 
 def test_the_first_bad_key_in_file_order_is_named() -> None:
-    exc = error_of("version: 1\nwindows: {}\nteams: {}\n")
-    assert exc.line == 2 and "'windows'" in str(exc)
+    exc = error_of("version: 1\nwindow: {}\nteam: {}\n")
+    assert exc.line == 2 and "'window'" in str(exc)
 
 
 def test_load_reads_a_file_and_names_it(tmp_path: Path) -> None:

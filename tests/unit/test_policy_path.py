@@ -97,7 +97,7 @@ def test_a_missing_file_that_was_asked_for_is_one_line_naming_it(
 
 
 def test_a_bad_default_file_is_an_error_not_skipped(places) -> None:
-    places["default"].write_text("version: 1\nteams: {}\n")
+    places["default"].write_text("version: 1\nteams: []\n")
     with pytest.raises(SourceError) as info:
         resolve_policy(None, {"HOME": str(places["home"])})
     assert (info.value.path, info.value.line) == (str(places["default"]), 2)
