@@ -234,14 +234,9 @@ class Team:
         }
 
 
-# Usage for fair share halves every week, as Slurm's PriorityDecayHalfLife does by default.
-DEFAULT_FAIR_SHARE_HALF_LIFE_S = 7 * 86400.0
-
-
 @dataclass(frozen=True)
 class TeamsPolicy:
     teams: tuple[Team, ...] = ()
-    fair_share_half_life_s: float = DEFAULT_FAIR_SHARE_HALF_LIFE_S
 
     @property
     def enabled(self) -> bool:
@@ -258,10 +253,7 @@ class TeamsPolicy:
         return [t for t in self.teams if t.has_member(user, groups)]
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "teams": [team.as_dict() for team in self.teams],
-            "fair_share_half_life_s": self.fair_share_half_life_s,
-        }
+        return {"teams": [team.as_dict() for team in self.teams]}
 
 
 DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
