@@ -87,6 +87,11 @@ COMMANDS = (
         "silent node is lost (health), teams and their quotas, time windows, pool admins.",
     ),
     LazyCommand(
+        "usage",
+        "gpupoolctl.cli.usage_cmd",
+        "What was held over a period: GPU-hours, GiB-hours and slice-hours per team or user.",
+    ),
+    LazyCommand(
         "ledger",
         "gpupoolctl.cli.ledger_cmd",
         "The allocation ledger: history, checks, compaction, repair.",

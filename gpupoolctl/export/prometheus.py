@@ -27,6 +27,7 @@ from gpupoolctl.errors import UsageError
 
 if TYPE_CHECKING:
     from gpupoolctl.ledger.state import State
+    from gpupoolctl.ledger.usage import Usage
     from gpupoolctl.stress.model import RunResult
 
 TEXTFILE_NAME = "gpupoolctl.prom"
@@ -193,6 +194,27 @@ def pool_families(state: State, now: str, read_at: float) -> list[Family]:
             read_at,
         ),
     ]  # fmt: skip
+
+
+def usage_families(usage: Usage) -> list[Family]:
+    """What was held over all history the ledger still has, by team and user (rows of a
+    gpupoolctl.ledger.usage.Usage grouped by team, user): counters, since holds only add up
+    (unless the oldest archives are deleted: then the history known starts later)."""
+    gpu = Family(
+        "gpupoolctl_usage_gpu_hours_total",
+        "counter",
+        "GPU-hours held, by team and user: hours times each slice's share of its card "
+        "(memory over the card's for MIG; 1 for a whole card); see `gpupoolctl usage`.",
+    )
+    gib = Family(
+        "gpupoolctl_usage_gib_hours_total",
+        "counter",
+        "GiB-hours held, by team and user: hours times each slice's memory in GiB.",
+    )
+    for row in usage.rows:
+        gpu.add(row["gpu_hours"], team=str(row["team"]), user=str(row["user"]))
+        gib.add(row["gib_hours"], team=str(row["team"]), user=str(row["user"]))
+    return [gpu, gib]
 
 
 def _single(name: str, help_text: str, value: float, kind: str = "gauge") -> Family:
