@@ -362,8 +362,8 @@ def prometheus(
     gpupoolctl_allocations_held, gpupoolctl_jobs by state, gpupoolctl_queue_entries,
     gpupoolctl_ledger_records_total, gpupoolctl_ledger_problems and
     gpupoolctl_ledger_read_timestamp_seconds; gpupoolctl_usage_gpu_hours_total and
-    gpupoolctl_usage_gib_hours_total by team and user, over all history the ledger has
-    (archives included; see `gpupoolctl usage`). With --stress, per scenario and level:
+    gpupoolctl_usage_gib_hours_total by team and user (the ledger's running totals; see
+    `gpupoolctl usage` for any period). With --stress, per scenario and level:
     gpupoolctl_stress_throughput_jobs_per_second, gpupoolctl_stress_queue_wait_p95_seconds,
     gpupoolctl_stress_failure_ratio; per scenario the knees (gpupoolctl_stress_knee_level,
     method kneedle, usl or latency) and gpupoolctl_stress_run_timestamp_seconds.
@@ -389,7 +389,12 @@ def prometheus(
         read_at = parse_ts(view.now).timestamp()
     except UsageError:
         read_at = time.time()
-    families = [*pool_families(view.state, view.now, read_at), *_usage_families(settings, view)]
+    from gpupoolctl.export.prometheus import usage_families
+
+    families = [
+        *pool_families(view.state, view.now, read_at),
+        *usage_families(view.state, view.now),
+    ]
     text = render([*families, *stress_families(runs)])
     if textfile is None:
         _write(text)
@@ -398,23 +403,6 @@ def prometheus(
 
     written = write_textfile(textfile, text)
     notice(f"wrote {written}", quiet=settings.quiet)
-
-
-def _usage_families(settings: Settings, view: View) -> list[Any]:
-    """gpupoolctl_usage_*_total by team and user, over every record the ledger has (its
-    archives too: see `gpupoolctl usage`)."""
-    from gpupoolctl.cli.ledger_cmd import open_ledger
-    from gpupoolctl.export.prometheus import usage_families
-    from gpupoolctl.ledger.usage import measure
-
-    ledger = open_ledger(settings)
-    try:
-        found = measure(ledger, now=view.now, by=("team", "user"))
-    finally:
-        ledger.close()
-    for message in found.warnings:
-        warn(message)
-    return usage_families(found)
 
 
 # -- ansible -------------------------------------------------------------------------------

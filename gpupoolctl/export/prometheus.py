@@ -27,7 +27,6 @@ from gpupoolctl.errors import UsageError
 
 if TYPE_CHECKING:
     from gpupoolctl.ledger.state import State
-    from gpupoolctl.ledger.usage import Usage
     from gpupoolctl.stress.model import RunResult
 
 TEXTFILE_NAME = "gpupoolctl.prom"
@@ -196,10 +195,10 @@ def pool_families(state: State, now: str, read_at: float) -> list[Family]:
     ]  # fmt: skip
 
 
-def usage_families(usage: Usage) -> list[Family]:
-    """What was held over all history the ledger still has, by team and user (rows of a
-    gpupoolctl.ledger.usage.Usage grouped by team, user): counters, since holds only add up
-    (unless the oldest archives are deleted: then the history known starts later)."""
+def usage_families(state: State, now: str) -> list[Family]:
+    """What was held, by team and user, from the ledger's running totals (State.usage_totals:
+    every hold that ended, plus the open ones so far): counters, since holds only add up.
+    Cheap at any history length (no archive is read); `gpupoolctl usage` sums any period."""
     gpu = Family(
         "gpupoolctl_usage_gpu_hours_total",
         "counter",
@@ -211,9 +210,9 @@ def usage_families(usage: Usage) -> list[Family]:
         "counter",
         "GiB-hours held, by team and user: hours times each slice's memory in GiB.",
     )
-    for row in usage.rows:
-        gpu.add(row["gpu_hours"], team=str(row["team"]), user=str(row["user"]))
-        gib.add(row["gib_hours"], team=str(row["team"]), user=str(row["user"]))
+    for (team, user), (gib_s, gpu_s) in sorted(state.usage_counters(now).items()):
+        gpu.add(gpu_s / 3600, team=team, user=user)
+        gib.add(gib_s / 3600, team=team, user=user)
     return [gpu, gib]
 
 

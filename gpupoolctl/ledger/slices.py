@@ -82,6 +82,7 @@ def _gpu_slices(
                 "kind": "vf",
                 "profile": f"vf/{vfs}",
                 "memory_mib": total // vfs,
+                "gpu_memory_mib": total,  # the card's: a VF is 1/vfs of it (usage)
                 "uuid": f"{gpu.get('uuid')}/vf{k}",
                 "devices": [],
                 **common,

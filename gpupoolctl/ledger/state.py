@@ -95,6 +95,9 @@ class State:
     # Team -> [GiB-seconds held, decayed to ts; ts]: the history fair share weighs (holds
     # that ended; what is held now is counted by the scheduler).
     team_usage: dict[str, list[Any]] = field(default_factory=dict)
+    # "team<TAB>user" -> [GiB-seconds, GPU-seconds] of every hold that ended, never decayed:
+    # what `export prometheus` counts without reading the archives (team "-": none).
+    usage_totals: dict[str, list[float]] = field(default_factory=dict)
     # recutting_slices() as of (seq, slice map): reports ask it once per slice.
     _recutting: tuple[tuple[int, int], dict[str, str]] | None = field(
         default=None, repr=False, compare=False
@@ -178,22 +181,49 @@ class State:
             return
         if ts:
             self._touch(alloc.slices, ts)
-            team = alloc.request.get("team")
-            if team:
-                self._count_usage(str(team), alloc, ts)
+            self._count_usage(alloc, ts)
         for slice_id in alloc.slices:
             if self.holders.get(slice_id) == alloc_id:
                 del self.holders[slice_id]
         self.closed[alloc_id] = how
 
-    def _count_usage(self, team: str, alloc: Allocation, ts: str) -> None:
-        """Add a hold that ended to its team's decayed usage."""
+    def _count_usage(self, alloc: Allocation, ts: str) -> None:
+        """Add a hold that ended to the usage totals and to its team's decayed usage."""
+        from gpupoolctl.ledger.usage import gpu_share
+
         end = min(ts, alloc.expires) if alloc.expires else ts
         seconds = max(0.0, seconds_between(alloc.created, end))
-        memory = sum(int((self.slices.get(s) or {}).get("memory_mib") or 0) for s in alloc.slices)
-        before = self.team_usage.get(team)
-        value = decayed(float(before[0]), str(before[1]), ts) if before else 0.0
-        self.team_usage[team] = [value + memory / 1024 * seconds, ts]
+        entries = [self.slices.get(s) or {} for s in alloc.slices]
+        gib = sum(int(e.get("memory_mib") or 0) for e in entries) / 1024
+        gpus = sum(gpu_share(e) for e in entries if e)
+        team = str(alloc.request.get("team") or "")
+        key = f"{team or '-'}\t{alloc.owner}"
+        total = self.usage_totals.setdefault(key, [0.0, 0.0])
+        total[0] += gib * seconds
+        total[1] += gpus * seconds
+        if team:
+            before = self.team_usage.get(team)
+            value = decayed(float(before[0]), str(before[1]), ts) if before else 0.0
+            self.team_usage[team] = [value + gib * seconds, ts]
+
+    def usage_counters(self, now: str) -> dict[tuple[str, str], tuple[float, float]]:
+        """(team, user) -> (GiB-seconds, GPU-seconds) held up to `now`: the holds that ended
+        (since the ledger began, or since this version first wrote it) and the open ones so
+        far. Counters: they only grow."""
+        from gpupoolctl.ledger.usage import gpu_share
+
+        out: dict[tuple[str, str], list[float]] = {}
+        for key, (gib_s, gpu_s) in self.usage_totals.items():
+            team, _, user = key.partition("\t")
+            out[(team, user)] = [float(gib_s), float(gpu_s)]
+        for alloc in self.allocations.values():
+            end = min(now, alloc.expires) if alloc.expires else now
+            seconds = max(0.0, seconds_between(alloc.created, end))
+            entries = [self.slices.get(s) or {} for s in alloc.slices]
+            row = out.setdefault((str(alloc.request.get("team") or "-"), alloc.owner), [0.0, 0.0])
+            row[0] += sum(int(e.get("memory_mib") or 0) for e in entries) / 1024 * seconds
+            row[1] += sum(gpu_share(e) for e in entries if e) * seconds
+        return {k: (v[0], v[1]) for k, v in out.items()}
 
     def team_history(self, now: str) -> dict[str, float]:
         """Team -> GiB-seconds of holds that ended, decayed to `now` (fair share)."""
@@ -480,6 +510,7 @@ class State:
             "lost": list(self.lost.values()),
             "fences": list(self.fences.values()),
             "team_usage": dict(self.team_usage),
+            "usage_totals": dict(self.usage_totals),
         }
 
     @classmethod
@@ -506,6 +537,7 @@ class State:
         state.fences = {fence_key(f["host"], f["node_id"]): dict(f) for f in raw.get("fences", [])}
         # Written by versions with teams; older snapshots have none.
         state.team_usage = {k: list(v) for k, v in raw.get("team_usage", {}).items()}
+        state.usage_totals = {k: list(v) for k, v in raw.get("usage_totals", {}).items()}
         # Recently finished jobs kept by compaction (not part of equality, like `finished`).
         state.finished = {j["id"]: dict(j) for j in raw.get("finished", [])}
         return state

@@ -122,7 +122,28 @@ def test_prometheus_counters_by_team_and_user(book):
     first = book.hold("h1/gpu0", "ann", "ml")
     book.tick(1.5)
     book.release(first)
-    text = render(usage_families(measure(book, now=now_of(book), by=("team", "user"))))
+    text = render(usage_families(book.read().state, now_of(book)))
     assert "# TYPE gpupoolctl_usage_gpu_hours_total counter" in text
     assert 'gpupoolctl_usage_gpu_hours_total{team="ml",user="ann"} 1.5\n' in text
     assert 'gpupoolctl_usage_gib_hours_total{team="ml",user="ann"} 120.0\n' in text
+
+
+def test_the_counters_are_the_ledgers_running_totals_across_compactions(book):
+    """The export reads no archive: the totals live in the state (and its snapshot), and
+    they equal what `usage` sums from the whole history, open holds included."""
+    first = book.hold("h1/gpu0", "ann", "ml")
+    book.tick(1)
+    book.release(first)
+    book.compact()
+    second = book.hold("h1/gpu0", "bob")
+    book.tick(0.5)
+    state = book.read().state
+    counters = state.usage_counters(now_of(book))
+    assert counters[("ml", "ann")] == pytest.approx((80 * 3600, 3600))
+    assert counters[("-", "bob")] == pytest.approx((80 * 1800, 1800))
+    found = measure(book, now=now_of(book), by=("team", "user"))
+    by_key = {(r["team"], r["user"]): r for r in found.rows}
+    for key, (gib_s, gpu_s) in counters.items():
+        assert by_key[key]["gib_hours"] == pytest.approx(gib_s / 3600)
+        assert by_key[key]["gpu_hours"] == pytest.approx(gpu_s / 3600)
+    book.release(second)
