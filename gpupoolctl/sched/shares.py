@@ -158,26 +158,54 @@ def refusal(
     for entry in entries:
         if not any(scope.selects(entry) for scope in scopes):
             return f"team {team} has no quota on {entry.get('host')}'s {entry.get('model')} cards"
+    over = _over_limit(team, entries, usage)
+    if over is not None:
+        return over
+    if borrows(team, entries, usage):
+        return _kept_for_others(team, entries, usage, pool)
+    return None
+
+
+def _over_limit(team: str, entries: Sequence[Mapping[str, Any]], usage: Usage) -> str | None:
+    """Why taking `entries` would take the team above nominal + borrowing limit in a scope;
+    None when it would not."""
     held = usage.of(team)
-    borrowing = False
-    for index, scope in enumerate(scopes):
+    for index, scope in enumerate(usage.scopes(team)):
         taking: dict[str, int] = {}
         for entry in entries:
             add(taking, slice_amounts(entry, scope))
         for resource, amount in taking.items():
-            if amount == 0:
-                continue
-            after = held[index].get(resource, 0) + amount
             limit = scope.limit(resource)
-            if limit is not None and after > limit:
+            used = held[index].get(resource, 0)
+            if amount and limit is not None and used + amount > limit:
                 where = "" if scope.key == (None, None, None) else f" on {scope.describe()}"
-                used = held[index].get(resource, 0)
                 return f"team {team} at its limit ({of_text(resource, used, limit)}{where})"
-            if after > scope.nominal.get(resource, after):
-                borrowing = True
-    if borrowing:
-        return _kept_for_others(team, entries, usage, pool)
     return None
+
+
+def _blocked(team: str, request: JobRequest, pool: PoolView, usage: Usage) -> str | None:
+    """The quota reason when the team could take no slice that could ever serve the request,
+    free or not: each is on no scope of its quota, or on one already at its limit for what
+    the slice counts. None when some slice is within its reach: then the request waits for
+    slices (that preemption, reclaim or a re-cut may free), not for its quota."""
+    scopes = usage.scopes(team)
+    if not scopes:
+        return None
+    why: str | None = None
+    seen: set[tuple[int, str]] = set()
+    for slot in pool.all_candidates(request):
+        kind = (slot.shape.index, slot.site)  # what a slice counts for depends on no more
+        if kind in seen:
+            continue
+        seen.add(kind)
+        entry = pool.slices[slot.id]
+        if not any(scope.selects(entry) for scope in scopes):
+            continue
+        over = _over_limit(team, [entry], usage)
+        if over is None:
+            return None
+        why = why or over
+    return why
 
 
 def borrows(team: str, entries: Sequence[Mapping[str, Any]], usage: Usage) -> bool:
@@ -276,15 +304,25 @@ def within_nominal(team: str, entries: Sequence[Mapping[str, Any]], usage: Usage
     return True
 
 
-def reclaimable(team: str, usage: Usage, pool: PoolView, spare: Iterable[str] = ()) -> list[Holder]:
+def reclaimable(
+    team: str,
+    usage: Usage,
+    pool: PoolView,
+    spare: Iterable[str] = (),
+    useful: Callable[[Holder], bool] | None = None,
+) -> list[Holder]:
     """Holds that reclaim may stop for `team`'s work: jobs of other teams above their nominal
     that borrowed or are preemptible, cheapest first per team (lowest priority, newest), and
     per team only as many as keep it at or above its nominal in every scope they count in.
-    Any subset of the result keeps every team at or above its nominal."""
+    Any subset of the result keeps every team at or above its nominal. `useful`: only holds
+    it accepts (those whose end could help the request), so that holds that could not help
+    do not use up what their team may give back."""
     skip = set(spare)
     by_team: dict[str, list[Holder]] = {}
     for holder in pool.holds.values():
         if holder.alloc in skip or holder.job is None or holder.team in (None, team):
+            continue
+        if useful is not None and not useful(holder):
             continue
         if not (holder.borrowed or holder.preemptible):
             continue
@@ -347,7 +385,10 @@ def place_for_team(
         )
     first = place_any()
     if isinstance(first, NoFit):
-        return first
+        # No room now; but where the team is at its limit on every slice that could serve
+        # the request it waits for its quota: no victims, no re-cut for it.
+        blocked = None if first.never else _blocked(team, request, pool, usage)
+        return first if blocked is None else QuotaWait(blocked, never=False)
     why = refusal(team, [pool.slices[s] for s in first.slices], usage, pool)
     if why is None:
         return first
@@ -363,6 +404,10 @@ def place_for_team(
         refusal(team, [pool.slices[s] for s in second.slices], usage, pool) is None
     ):
         return second
+    if isinstance(second, NoFit) and _blocked(team, request, pool, usage) is None:
+        # It does not fit where its quota lets it go (what placement chose first was on no
+        # scope of it): it waits for slices there, and reclaim or preemption may free them.
+        return NoFit(f"{second.reason} where team {team} has quota", never=False)
     return QuotaWait(why, never=False)
 
 
@@ -377,7 +422,9 @@ def _reachable(
             for slot in pool.all_candidates(request)
         )
 
-    key = ("team-reach", team, request.static_key(), request.host, scopes)
+    # The scopes' selectors, not the scopes: a parsed scope's vectors are dicts (unhashable),
+    # and only what the scopes select decides the answer.
+    key = ("team-reach", request.static_key(), request.host, tuple(s.key for s in scopes))
     return pool.static_cache(key, compute)
 
 
@@ -397,13 +444,37 @@ def choose_reclaim(
     nominal (borrowing is only from idle capacity, never by stopping work)."""
     scopes = usage.scopes(team)
     spared = set(spare)
-    candidates = [
-        h
-        for h in reclaimable(team, usage, pool, spared)
-        if all(any(scope.selects(pool.slices[s]) for scope in scopes) for s in h.slices)
-    ]
+    serving = {slot.id for slot in pool.all_candidates(request)}
+
+    def useful(holder: Holder) -> bool:
+        on_scopes = all(any(sc.selects(pool.slices[s]) for sc in scopes) for s in holder.slices)
+        return on_scopes and any(s in serving for s in holder.slices)
+
+    candidates = reclaimable(team, usage, pool, spared, useful)
     if not candidates:
         return None
+    # Free slices on no scope of the team's quota are hidden while victims are chosen and
+    # checked: a placement there counts for no nominal, and is not one the team may make.
+    off_scope = [s for s in pool.free if not any(sc.selects(pool.slices[s]) for sc in scopes)]
+    for sid in off_scope:
+        pool.take(sid)
+    try:
+        return _fitting_victims(team, request, pool, usage, now, policy, spared, candidates)
+    finally:
+        for sid in reversed(off_scope):
+            pool.give(sid)
+
+
+def _fitting_victims(
+    team: str,
+    request: JobRequest,
+    pool: PoolView,
+    usage: Usage,
+    now: datetime,
+    policy: str,
+    spared: set[str],
+    candidates: list[Holder],
+) -> list[str] | None:
     from gpupoolctl.sched.preempt import choose_preemption
 
     victims = choose_preemption(request, pool, now, policy, spare=spared, candidates=candidates)
