@@ -43,7 +43,8 @@ def drain(
         typer.Option(
             "--now",
             help="Also stop the jobs running there (SIGTERM, grace, SIGKILL): those submitted "
-            "with --requeue are queued again, others are recorded cancelled.",
+            "with --requeue are queued again, others are recorded cancelled. Another "
+            "user's job is stopped only by a pool admin.",
         ),
     ] = False,
     grace: Annotated[

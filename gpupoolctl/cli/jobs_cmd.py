@@ -91,16 +91,20 @@ def _open(settings: Settings) -> Jobs:
     from gpupoolctl.jobs import Jobs, Nodes
     from gpupoolctl.ledger import current_user
     from gpupoolctl.policy import resolve_policy
+    from gpupoolctl.policy.actor import is_pool_admin
 
     chosen = pool.job_hosts(settings)
     nodes = Nodes(chosen.everyone, lambda requests: pool.fan_out_each(settings, requests))
+    user = current_user()
+    policy = resolve_policy(settings.pool_policy)
     return Jobs(
         open_ledger(settings),
         nodes,
-        owner=current_user(),
+        owner=user,
         hosts=chosen.placeable,
-        policy=resolve_policy(settings.pool_policy),
+        policy=policy,
         in_hosts=chosen.in_hosts(),
+        admin=is_pool_admin(policy.admins, user),
     )
 
 
@@ -866,7 +870,8 @@ def cancel(
     slices and record it cancelled; a queued job just leaves the queue, and one being
     launched is stopped on its node before it can start (or right after, if it had).
     Exit 1 when the job had already ended (it is recorded as it ended, e.g. done), or
-    when its node could not confirm the end (then --forget, if the node is gone).
+    when its node could not confirm the end (then --forget, if the node is gone), and for
+    another user's job unless you are a pool admin (the pool policy's `admins:`).
 
     With --backend slurm: scancel JOB, then its state once Slurm settled it (exit 1 when the
     job had already ended, or when Slurm did not confirm its end within 15 s)."""

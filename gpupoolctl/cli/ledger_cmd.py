@@ -378,9 +378,17 @@ def release(
     ctx: typer.Context,
     alloc_id: Annotated[str, typer.Argument(metavar="ALLOC_ID", help="As printed by alloc.")],
 ) -> None:
-    """Give back the slices of an allocation. An unknown or already released id is an error."""
+    """Give back the slices of an allocation. An unknown or already released id is an error,
+    and so is another user's allocation, unless you are a pool admin (the pool policy's
+    `admins:`; root always is)."""
+    from gpupoolctl.ledger import current_user
+    from gpupoolctl.policy import resolve_policy
+    from gpupoolctl.policy.actor import is_pool_admin
+
     settings: Settings = ctx.obj
-    done = open_ledger(settings).release(alloc_id)
+    user = current_user()
+    admin = is_pool_admin(resolve_policy(settings.pool_policy).admins, user)
+    done = open_ledger(settings).release(alloc_id, user=user, admin=admin)
     _warn_all(done.warnings)
     held: Allocation = done.value
     data = {"released": held.id, "owner": held.owner, "slices": held.slices}
@@ -410,7 +418,7 @@ def _detail(record: dict[str, Any]) -> str:
         until = f" until {data.get('expires')}" if data.get("expires") else ""
         return f"{data.get('id')} {data.get('owner')} {','.join(data.get('slices', []))}{until}"
     if op == "release":
-        return str(data.get("id"))
+        return f"{data.get('id')}{' (as pool admin)' if data.get('as_admin') else ''}"
     if op == "expire":
         return ",".join(str(i) for i in data.get("ids", []))
     if op == "slices":

@@ -12,6 +12,7 @@ from gpupoolctl.jobs import reaping, restarts, scheduling, stopping
 from gpupoolctl.jobs.errors import JobError, NoSuchJob
 from gpupoolctl.jobs.service import JobsCore, Outcome, age_s, find, queued_entries
 from gpupoolctl.ledger import Transaction
+from gpupoolctl.policy.ownership import NotOwner, as_admin, refusal
 
 ACTIVE = ("queued", "pending", "running")
 FOLLOW_INTERVAL_S = (0.1, 1.0)  # first and longest wait between polls while following
@@ -37,6 +38,10 @@ def cancel(
     start it: never started -> released, cancelled; started -> stopped like a running job
     (SIGTERM, grace, SIGKILL), released, cancelled. When its node cannot tell within
     `settle_s` seconds, JobError; the mark stays, and whoever records the launch stops it.
+
+    Only the job's owner or a pool admin (`jobs.owner`, `jobs.admin`) may cancel it
+    (NotOwner otherwise, nothing recorded); an admin's cancel of another user's job is
+    recorded `"as_admin": true` (in the cancel mark of a pending or running job).
     """
 
     def ask(tx: Transaction) -> dict[str, Any]:
@@ -46,14 +51,17 @@ def cancel(
             if ended is None:
                 raise NoSuchJob(f"no job {job_id!r} (see `gpupoolctl jobs --all`)")
             raise JobError(f"{job_id} has already ended ({ended.get('state')})")
+        by_admin = _check_owner(jobs, "cancel", current)
         if current.get("state") == "queued":
             for entry in list(tx.state.queue.values()):
                 if entry.get("job") == job_id:
                     tx.append("dequeue", {"id": entry["id"], "reason": "cancelled"})
-            tx.append("job", {"id": job_id, "state": "cancelled", "reason": "cancelled"})
+            ended_now = {"id": job_id, "state": "cancelled", "reason": "cancelled", **by_admin}
+            tx.append("job", ended_now)
             return tx.state.finished[job_id]
         grace = grace_s if grace_s is not None else float(current.get("grace_s") or 0)
-        mark = {"at": time.time(), "grace_s": grace}
+        # In the mark, not beside it: a mark is cleared when the job is placed again.
+        mark = {"at": time.time(), "grace_s": grace, **by_admin}
         tx.append("job", {"id": job_id, "state": current["state"], "cancel": mark})
         return tx.state.jobs[job_id]
 
@@ -77,7 +85,8 @@ def cancel(
 def forget(jobs: JobsCore, job_id: str, *, who: str) -> dict[str, Any]:
     """End a job in the ledger without asking its node (one that is gone for good): it is
     recorded failed and its slices released in one transaction. What may still run on the
-    node is not stopped: that is the price of not asking."""
+    node is not stopped: that is the price of not asking. Only its owner or a pool admin
+    may (as for cancel)."""
 
     def build(tx: Transaction) -> dict[str, Any]:
         current = tx.state.jobs.get(job_id)
@@ -86,16 +95,29 @@ def forget(jobs: JobsCore, job_id: str, *, who: str) -> dict[str, Any]:
             if ended is None:
                 raise NoSuchJob(f"no job {job_id!r} (see `gpupoolctl jobs --all`)")
             raise JobError(f"{job_id} has already ended ({ended.get('state')})")
+        by_admin = _check_owner(jobs, "cancel", current)
         for entry in list(tx.state.queue.values()):
             if entry.get("job") == job_id:
                 tx.append("dequeue", {"id": entry["id"], "reason": "forgotten"})
         if current.get("state") in ("pending", "running") and current.get("alloc"):
             tx.release(str(current["alloc"]))
         error = f"forgotten by {who} (its node was not asked)"
-        tx.append("job", {"id": job_id, "state": "failed", "error": error, "submitter": None})
+        ended_now = {"id": job_id, "state": "failed", "error": error, "submitter": None}
+        tx.append("job", {**ended_now, **by_admin})
         return tx.state.finished[job_id]
 
     return jobs.ledger.write(build).value
+
+
+def _check_owner(jobs: JobsCore, action: str, job: dict[str, Any]) -> dict[str, bool]:
+    """Refuse (NotOwner) unless who acts (`jobs.owner`) owns the job or is a pool admin
+    (`jobs.admin`); what the record of the act adds: {"as_admin": True} when only being an
+    admin allows it, else nothing."""
+    owner = job.get("owner")
+    refused = refusal(action, "job", str(job["id"]), owner, user=jobs.owner, admin=jobs.admin)
+    if refused:
+        raise NotOwner(refused)
+    return {"as_admin": True} if as_admin(owner, user=jobs.owner, admin=jobs.admin) else {}
 
 
 def _settle_launch(

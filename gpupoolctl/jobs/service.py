@@ -71,10 +71,13 @@ class JobsCore:
         clock: Any = time.time,
         policy: PoolPolicy | None = None,
         in_hosts: InHosts | None = None,
+        admin: bool = False,
     ) -> None:
         self.ledger = ledger
         self.nodes = nodes
         self.owner = owner
+        # Whether `owner` (who acts) is a pool admin: may cancel and stop others' jobs.
+        self.admin = admin
         self.hosts = hosts  # placement only on these (--limit); None: every host
         self.clock = clock
         self.policy = policy  # the pool policy file; None: a static pool

@@ -13,13 +13,24 @@ from gpupoolctl.ledger import Transaction
 
 
 def mark_preempted(
-    tx: Transaction, job: dict[str, Any], by: str, grace_s: float | None = None
+    tx: Transaction,
+    job: dict[str, Any],
+    by: str,
+    grace_s: float | None = None,
+    *,
+    as_admin: bool = False,
+    reclaim: str | None = None,
 ) -> dict[str, Any]:
     """Record that a running job is to be stopped for `by` (a job id, or "drain of HOST"),
     with its own grace unless one is given; reaping then requeues it (when it asked) or
-    records it cancelled. Returns the job as recorded."""
+    records it cancelled. `as_admin`: a pool admin stops another user's job (the mark says
+    so). Returns the job as recorded."""
     grace = grace_s if grace_s is not None else float(job.get("grace_s") or 0)
     mark: dict[str, Any] = {"by": by, "at": time.time(), "grace_s": grace}
+    if as_admin:
+        mark["as_admin"] = True
+    if reclaim is not None:  # for that team's guaranteed share: requeued whatever it asked
+        mark["reclaim"] = reclaim
     if job.get("warn_signal"):  # its --signal first, for up to this long, then SIGTERM
         mark["warn_s"] = warning_s(job, grace)
     tx.append("job", {"id": job["id"], "state": "running", "preempt": mark})

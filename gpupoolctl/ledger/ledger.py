@@ -30,6 +30,7 @@ from gpupoolctl.ledger.repair import repair as repair_journal
 from gpupoolctl.ledger.state import Allocation, State
 from gpupoolctl.ledger.units import format_ts, utc_now
 from gpupoolctl.ledger.verify import Problem, Report, check
+from gpupoolctl.policy.ownership import NotOwner, as_admin, refusal
 from gpupoolctl.redact import looks_secret
 
 
@@ -487,9 +488,14 @@ class Ledger:
             chosen.append(entry)
         return chosen
 
-    def release(self, alloc_id: str) -> Done:
+    def release(self, alloc_id: str, *, user: str | None = None, admin: bool = False) -> Done:
         """End an allocation taken by hand (`alloc`). A job's allocation is refused: it ends
-        with the job (reaped or cancelled), or the slice would run two jobs at once."""
+        with the job (reaped or cancelled), or the slice would run two jobs at once.
+
+        With `user` (who acts), only the allocation's owner or a pool admin (`admin`) may
+        end it, checked in the transaction that records the release (policy.ownership);
+        an admin's release of another user's allocation is recorded `"as_admin": true`.
+        None: no check (library callers that end what they hold)."""
 
         def build(tx: Transaction) -> Allocation:
             alloc = tx.state.allocations.get(alloc_id)
@@ -502,7 +508,16 @@ class Ledger:
                     f"released when the job ends; to stop the job, `gpupoolctl cancel {job['id']}` "
                     "(`cancel --forget` when its node is gone for good)"
                 )
-            tx.append("release", {"id": alloc_id})
+            data: dict[str, Any] = {"id": alloc_id}
+            if user is not None:
+                refused = refusal(
+                    "release", "allocation", alloc_id, alloc.owner, user=user, admin=admin
+                )
+                if refused:
+                    raise NotOwner(refused)
+                if as_admin(alloc.owner, user=user, admin=admin):
+                    data["as_admin"] = True
+            tx.append("release", data)
             return alloc
 
         return self.write(build)
