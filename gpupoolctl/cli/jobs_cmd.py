@@ -216,6 +216,15 @@ def submit(
     preemptible: Annotated[
         bool, typer.Option("--preemptible", help="A higher priority job may stop this one.")
     ] = False,
+    team: Annotated[
+        str | None,
+        typer.Option(
+            "--team",
+            help="Count it against this team's quota (the pool policy's teams:). Default: "
+            "your first team there, else the default team. With --backend slurm: "
+            "sbatch --account.",
+        ),
+    ] = None,
     requeue: Annotated[
         bool, typer.Option("--requeue", help="When preempted, wait in the queue again.")
     ] = False,
@@ -321,6 +330,7 @@ def submit(
         host=host,
         priority=parse_priority(priority),
         preemptible=preemptible,
+        team=team,
     )
     spec = JobSpec(
         argv=argv,

@@ -87,6 +87,11 @@ COMMANDS = (
         "silent node is lost (health), teams and their quotas, time windows, pool admins.",
     ),
     LazyCommand(
+        "quota",
+        "gpupoolctl.cli.quota_cmd",
+        "The teams' quotas in force now (time windows applied) and what each team holds of them.",
+    ),
+    LazyCommand(
         "usage",
         "gpupoolctl.cli.usage_cmd",
         "What was held over a period: GPU-hours, GiB-hours and slice-hours per team or user.",

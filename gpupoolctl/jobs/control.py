@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupoolctl.errors import ExitCode, UsageError
-from gpupoolctl.jobs import reaping, restarts, scheduling, stopping
+from gpupoolctl.jobs import reaping, restarts, scheduling, stopping, teams
 from gpupoolctl.jobs.errors import JobError, NoSuchJob
 from gpupoolctl.jobs.service import JobsCore, Outcome, age_s, find, queued_entries
 from gpupoolctl.ledger import Transaction
@@ -216,6 +216,7 @@ def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
         parse_ts(view.now),
         preempt=True,
         elastic=jobs.elastic_inputs(state, view.now),
+        shares=teams.share_inputs(jobs.policy, state, view.now, jobs.hosts),
     )
     recut_for = {job: r for r in result.recuts for job in r.jobs}
     events: list[dict[str, Any]] = []
@@ -235,7 +236,9 @@ def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
                 "event": "would-preempt",
                 "job": entry.job,
                 "victims": victims,
-                "reason": f"would stop {', '.join(victims)} to make room",
+                "reclaim": result.reclaim,
+                "reason": f"would stop {', '.join(victims)} to make room"
+                + (f" (reclaim for team {entry.request.team})" if result.reclaim else ""),
             }
         )
     for recut in result.recuts:
@@ -280,13 +283,18 @@ def reason_text(job: dict[str, Any], waiting: str | None = None) -> str | None:
     recorded = job.get("error") or job.get("reason")
     state = job.get("state")
     if state == "queued":
-        # Why it is in the queue again: preempted, or a restart ("exited 1, requeued (1/3)").
-        again = recorded and ("preempted" in str(recorded) or "requeued (" in str(recorded))
+        # Why it is in the queue again: preempted, reclaimed for another team's guaranteed
+        # share, or a restart ("exited 1, requeued (1/3)").
+        again = recorded and any(
+            word in str(recorded) for word in ("preempted", "reclaimed", "requeued (")
+        )
         earlier = str(recorded) if again else None
         parts = [p for p in (earlier, waiting) if p]
         return "; ".join(parts) or None
     if state in ("pending", "running"):
         preempt = job.get("preempt")
+        if preempt and preempt.get("reclaim"):
+            return f"being reclaimed for team {preempt['reclaim']} ({preempt.get('by')})"
         if preempt:
             return f"being preempted for {preempt.get('by')}"
         if job.get("cancel"):

@@ -147,6 +147,13 @@ def _finish(
         tx.append("job", {**final, "state": "done", "reason": f"ended before the {what}"})
     elif current.get("cancel"):
         tx.append("job", {**final, "state": "cancelled", "reason": "cancelled"})
+    elif preempt and preempt.get("reclaim"):
+        jobs.enqueue(
+            tx,
+            current,
+            **{k: v for k, v in final.items() if k != "id"},
+            reason=f"reclaimed for team {preempt['reclaim']} ({preempt.get('by')}); requeued",
+        )
     elif preempt and current.get("requeue"):
         jobs.enqueue(
             tx,

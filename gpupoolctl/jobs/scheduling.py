@@ -23,7 +23,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupoolctl.jobs import hooks, launching, reaping, reshape, stopping
+from gpupoolctl.jobs import hooks, launching, reaping, reshape, stopping, teams
 from gpupoolctl.jobs.errors import JobError
 from gpupoolctl.jobs.service import JobsCore, Outcome, queued_entries
 from gpupoolctl.ledger import State, Transaction
@@ -114,6 +114,7 @@ def _decide(
     stopping = {e.id for e in entries if e.job and preempting_for(state, e.job)}
     no_preempt = set(preempted_for) | stopping
     elastic = jobs.elastic_inputs(state, tx.now)
+    shares = teams.share_inputs(jobs.policy, state, tx.now, jobs.hosts)
     if elastic is not None and recut_cards:
         # Whatever min-idle says, one call re-cuts a card once: its next round places on it.
         again = {card: "re-cut earlier in this pass" for card in recut_cards}
@@ -126,11 +127,15 @@ def _decide(
             preempt=True,
             no_preempt=frozenset(no_preempt),
             elastic=elastic,
+            shares=shares,
         )
         if result.preempt is None:
             break
         entry, chosen = result.preempt
-        marked = _mark_victims(tx, chosen, str(entry.job))
+        # Reclaim: the victims hold what this job's team is guaranteed; they are requeued
+        # whatever they asked, and it does not count as a restart.
+        reclaim = entry.request.team if result.reclaim else None
+        marked = _mark_victims(tx, chosen, str(entry.job), reclaim=reclaim)
         if marked:
             _record(jobs, tx, found, result)
             found.victims, found.victims_for = marked, entry
@@ -159,7 +164,8 @@ def _record(jobs: JobsCore, tx: Transaction, found: _Round, result: PassResult) 
         job = tx.state.jobs[str(entry.job)]
         tx.append("dequeue", {"id": entry.id, "reason": "placed"})
         try:
-            found.placed.append(jobs.record_placed(tx, job, placement))
+            borrowed = entry.id in result.borrowed
+            found.placed.append(jobs.record_placed(tx, job, placement, borrowed=borrowed))
         except JobError as exc:  # e.g. two vendors on one host: it would block the queue
             tx.append("job", {"id": job["id"], "state": "failed", "error": str(exc)})
             found.unplaced = True
@@ -192,9 +198,12 @@ def preempting_for(state: State, job_id: str) -> list[str]:
     ]
 
 
-def _mark_victims(tx: Transaction, chosen: list[str], by: str) -> list[dict[str, Any]] | None:
+def _mark_victims(
+    tx: Transaction, chosen: list[str], by: str, *, reclaim: str | None = None
+) -> list[dict[str, Any]] | None:
     """Mark the chosen victims on the transaction's state, in one step: another pass's
-    transaction then sees the marks. Returns the marked jobs, or None."""
+    transaction then sees the marks (`reclaim`: for that team; they are queued again when
+    stopped, whatever they asked). Returns the marked jobs, or None."""
     running = {k: j for k, j in tx.state.jobs.items() if j.get("state") == "running"}
     # A victim that is not a running job of ours cannot be stopped cleanly; one already being
     # stopped (cancelled, or preempted for another job) frees nothing this job can count on.
@@ -202,4 +211,4 @@ def _mark_victims(tx: Transaction, chosen: list[str], by: str) -> list[dict[str,
         v not in running or running[v].get("cancel") or running[v].get("preempt") for v in chosen
     ):
         return None
-    return [stopping.mark_preempted(tx, running[job_id], by) for job_id in chosen]
+    return [stopping.mark_preempted(tx, running[job_id], by, reclaim=reclaim) for job_id in chosen]

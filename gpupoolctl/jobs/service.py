@@ -114,13 +114,16 @@ class JobsCore:
     ) -> ElasticInputs | None:
         """What elastic decisions need from the ledger, or None when the policy has none;
         the cards of this pass's hosts (--limit), or of the whole pool with `everywhere`."""
-        if self.policy is None or not self.policy.elastic.enabled:
+        if self.policy is None:
+            return None
+        # A time window may replace the elastic section (at night keep cards whole).
+        elastic = self.policy.elastic_in_force(parse_ts(now))
+        if not elastic.enabled:
             return None
         from gpupoolctl.ledger.state import card_key
         from gpupoolctl.sched.cards import cards_of
         from gpupoolctl.sched.elastic import ElasticInputs, glob_hosts
 
-        elastic = self.policy.elastic
         slices = state.slices.values()
         if self.hosts is not None and not everywhere:
             slices = [s for s in slices if s.get("host") in self.hosts]
@@ -236,9 +239,11 @@ class JobsCore:
         return list(by_host.values())
 
     def record_placed(
-        self, tx: Transaction, job: dict[str, Any], placement: Placement
+        self, tx: Transaction, job: dict[str, Any], placement: Placement, *, borrowed: bool = False
     ) -> dict[str, Any]:
-        """alloc + job pending, in the caller's transaction; returns the job as recorded."""
+        """alloc + job pending, in the caller's transaction; returns the job as recorded.
+        `borrowed`: the placement takes its team above its nominal quota (reclaim may take
+        it back); the allocation's request says so."""
         slices = [s if isinstance(s, str) else s["id"] for s in placement.slices]
         run = int(job.get("run") or 0) + 1
         alloc_id = f"a-{tx.next_seq}"
@@ -254,7 +259,11 @@ class JobsCore:
                 "slices": slices,
                 "uuids": [tx.state.slices[s].get("uuid") for s in slices],
                 "expires": None,
-                "request": {**request, "job": job["id"]},
+                "request": {
+                    **request,
+                    "job": job["id"],
+                    **({"borrowed": True} if borrowed else {}),
+                },
             },
         )
         tx.append(

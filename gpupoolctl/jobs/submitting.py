@@ -3,7 +3,7 @@ fits, or when preemption or an elastic re-cut makes room)."""
 
 from __future__ import annotations
 
-from gpupoolctl.jobs import hooks, reaping, scheduling
+from gpupoolctl.jobs import hooks, reaping, scheduling, teams
 from gpupoolctl.jobs.errors import NeverFits
 from gpupoolctl.jobs.service import JobsCore, Outcome
 from gpupoolctl.jobs.spec import JobSpec, expand_checkpoint_dir
@@ -16,6 +16,7 @@ def submit(jobs: JobsCore, spec: JobSpec) -> Outcome:
     """Queue the job, then run a schedule pass: it starts now if it fits (or if
     preempting allows), else waits in the queue. NeverFits when it never could."""
     spec.validate()
+    spec = teams.with_team(jobs, spec)
     reaping.recover(jobs)
     reaping.reap(jobs, probe_lost=False)  # a lost node is the loop's to ask, not submit's
 

@@ -7,6 +7,7 @@ Its sections are optional and grow with the product: `elastic`, `health`, `teams
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -124,6 +125,8 @@ class HealthPolicy:
 # "cards" counts whole cards; "slices" counts slices of any kind (what a job sees as GPUs);
 # any other resource is a slice profile ("1g.10gb", "cpx", "vf"), counted in slices.
 GPU_MEMORY, CARDS, SLICES = "gpu-memory", "cards", "slices"
+# Team and window names: what `--team` and a Slurm account can carry as they are.
+NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 Vector = Mapping[str, int]
 
 

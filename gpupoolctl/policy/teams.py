@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from gpupoolctl.errors import UsageError
-from gpupoolctl.policy.model import Admins, Team, TeamsPolicy
+from gpupoolctl.policy.model import NAME, Admins, Team, TeamsPolicy
 from gpupoolctl.policy.quota import parse_quota
 from gpupoolctl.policy.sections import section_keys
 from gpupoolctl.policy.values import shown
@@ -26,7 +26,6 @@ TEAM_KEYS = ("members", "default", "quota")
 MAX_TEAMS = 1000
 MAX_MEMBERS = 1000  # per team, and admins
 NAME_FORMS = "a lower-case letter, then up to 62 of a-z, 0-9, _ and -"
-_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
 # What useradd and LDAP directories allow, roughly; no spaces, no ':' (group:NAME says it).
 _ACCOUNT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\$?")
 GROUP_PREFIX = "group:"
@@ -35,7 +34,7 @@ MEMBER_FORMS = "user names or group:NAME (a Unix group), such as [alice, group:s
 
 def name_of(value: Any, what: str) -> str:
     """A team or window name; UsageError naming `what`."""
-    if not isinstance(value, str) or not _NAME.fullmatch(value):
+    if not isinstance(value, str) or not NAME.fullmatch(value):
         raise UsageError(f"{what}: bad name {shown(value)}; expected {NAME_FORMS}")
     return value
 

@@ -140,8 +140,14 @@ def _cost(holder: Holder, now: datetime) -> tuple[Any, ...]:
         holder.priority if holder.priority is not None else 0,
         tuple(-ord(c) for c in since),
         len(holder.slices),
-        natural(holder.alloc),
+        newer_first(holder.alloc),
     )
+
+
+def newer_first(alloc_id: str) -> tuple[Any, ...]:
+    """Sorts allocation ids ("a-<seq>") newest first: of two holds begun in the same
+    millisecond, the later one has lost less work."""
+    return tuple(-part if isinstance(part, int) else part for part in natural(alloc_id))
 
 
 def _fits_without(request: JobRequest, pool: PoolView, policy: str, victims: list[Holder]) -> bool:

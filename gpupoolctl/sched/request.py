@@ -21,6 +21,7 @@ from typing import Any
 
 from gpupoolctl.errors import UsageError
 from gpupoolctl.hw.model import BANDWIDTH_CLASSES
+from gpupoolctl.policy.model import NAME as TEAM_NAME
 
 PRIORITIES: dict[str, int] = {"low": 10, "normal": 50, "high": 90}
 PRIORITY_MIN, PRIORITY_MAX = 0, 100
@@ -78,8 +79,10 @@ class JobRequest:
             raise UsageError(f"unknown bandwidth class {self.bandwidth_class!r}: use {names}")
         if self.host is not None and not self.host.strip():
             raise UsageError("host pattern must not be empty")
-        if self.team is not None and not self.team.strip():
-            raise UsageError("team must not be empty")
+        if self.team is not None and not TEAM_NAME.fullmatch(self.team):
+            raise UsageError(
+                f"bad team name {self.team[:40]!r}: a lower-case letter, then a-z, 0-9, _ or -"
+            )
         if not PRIORITY_MIN <= self.priority <= PRIORITY_MAX:
             raise UsageError(f"priority must be within 0..100 (got {self.priority})")
 

@@ -32,6 +32,7 @@ from typing import Any
 from gpupoolctl.policy.model import CARDS, GPU_MEMORY, SLICES, QuotaScope
 from gpupoolctl.sched.place import NoFit, Placement, place
 from gpupoolctl.sched.pool import Holder, PoolView
+from gpupoolctl.sched.preempt import newer_first
 from gpupoolctl.sched.request import JobRequest
 
 MIB_PER_GIB = 1024
@@ -46,6 +47,9 @@ class ShareInputs:
     # Team -> usage history (GiB-seconds, decayed to now) for fair share.
     history: Mapping[str, float] = field(default_factory=dict)
     reclaim: bool = True
+    # (team, slice) for what teams hold on slices outside the pass's view (a pass limited to
+    # some hosts with -l): counted against the quotas, never placed on or reclaimed.
+    elsewhere: Sequence[tuple[str, Mapping[str, Any]]] = ()
 
     def limited(self, team: str | None) -> bool:
         return team is not None and bool(self.quotas.get(team))
@@ -109,6 +113,8 @@ class Usage:
         for holder in pool.holds.values():
             if holder.team is not None:
                 usage.change(holder.team, [pool.slices[s] for s in holder.slices], +1)
+        for team, entry in inputs.elsewhere:
+            usage.change(team, [entry], +1)
         return usage
 
     def scopes(self, team: str) -> tuple[QuotaScope, ...]:
@@ -331,7 +337,7 @@ def reclaimable(
         by_team.setdefault(str(holder.team), []).append(holder)
     chosen: list[Holder] = []
     for other, holders in sorted(by_team.items()):
-        holders.sort(key=lambda h: (h.priority or 0, _newest_first(h.since), h.alloc))
+        holders.sort(key=lambda h: (h.priority or 0, _newest_first(h.since), newer_first(h.alloc)))
         room = [
             {r: usage.above_nominal(other, i, r) for r in scope.nominal}
             for i, scope in enumerate(usage.scopes(other))

@@ -222,6 +222,8 @@ def sbatch_request(
         args.append(f"--signal={spec.signal}@{math.ceil(spec.signal_s or 60)}")
     if request.host is not None:
         args.append(f"--nodelist={request.host}")
+    if request.team is not None:  # a Slurm account is what a team is there (GrpTRES quotas)
+        args.append(f"--account={request.team}")
     nice = nice_for(request.priority)
     if nice:
         args.append(f"--nice={nice}")

@@ -1,0 +1,155 @@
+"""Teams on the jobs side: what the scheduler's share decisions need from the policy and the
+ledger, at the time of the pass (windows applied)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from gpupoolctl.jobs.service import JobsCore
+from gpupoolctl.jobs.spec import JobSpec
+from gpupoolctl.ledger import State
+from gpupoolctl.ledger.state import seconds_between
+from gpupoolctl.ledger.units import parse_ts
+from gpupoolctl.policy.membership import team_for
+from gpupoolctl.policy.model import PoolPolicy, QuotaScope
+
+if TYPE_CHECKING:
+    from gpupoolctl.sched.shares import ShareInputs
+
+
+def share_inputs(
+    policy: PoolPolicy | None, state: State, now: str, hosts: set[str] | None = None
+) -> ShareInputs | None:
+    """The teams' quotas in force at `now` and their fair-share usage (GiB-seconds: holds
+    that ended, decayed, plus what each team holds now for as long as it has); None when
+    the policy has no teams (nothing is limited, the queue keeps its plain order). `hosts`:
+    the pass places only there (-l); what teams hold elsewhere still counts."""
+    if policy is None or not policy.teams.enabled:
+        return None
+    from gpupoolctl.sched.shares import ShareInputs
+
+    moment = parse_ts(now)
+    quotas = {team.name: policy.quota_in_force(team, moment) for team in policy.teams.teams}
+    history = state.team_history(now)
+    for alloc in state.active(now).values():
+        team = alloc.request.get("team")
+        if not team:
+            continue
+        memory = sum(int((state.slices.get(s) or {}).get("memory_mib") or 0) for s in alloc.slices)
+        held_s = max(0.0, seconds_between(alloc.created, now))
+        history[str(team)] = history.get(str(team), 0.0) + memory / 1024 * held_s
+    elsewhere = []
+    if hosts is not None:
+        for alloc in state.active(now).values():
+            team = alloc.request.get("team")
+            for slice_id in alloc.slices if team else ():
+                entry = state.slices.get(slice_id)
+                if entry is not None and entry.get("host") not in hosts:
+                    elsewhere.append((str(team), entry))
+    return ShareInputs(quotas=quotas, history=history, elsewhere=elsewhere)
+
+
+def with_team(jobs: JobsCore, spec: JobSpec) -> JobSpec:
+    """The spec with its team resolved (policy.membership.team_for): the one asked for, the
+    user's first, or the default; unchanged where the policy has no teams."""
+    policy = jobs.policy
+    if policy is None or not policy.teams.enabled:
+        if spec.request.team is not None:
+            team_for(PoolPolicy().teams, jobs.owner, asked=spec.request.team)  # says why not
+        return spec
+    from gpupoolctl.policy.actor import unix_groups
+
+    team = team_for(
+        policy.teams,
+        jobs.owner,
+        unix_groups(jobs.owner),
+        spec.request.team,
+        admin=getattr(jobs, "admin", False),
+        source=policy.source,
+    )
+    return dataclasses.replace(spec, request=dataclasses.replace(spec.request, team=team))
+
+
+def quota_report(policy: PoolPolicy, state: State, now: str) -> dict[str, Any]:
+    """Per team, scope and resource at `now`: nominal (windows applied), the most it may
+    hold, what it lends at most, what it holds and how much of that is borrowed; then, per
+    window, what it would give each team. What `gpupoolctl quota` shows."""
+    from gpupoolctl.sched import PoolView
+    from gpupoolctl.sched.shares import ShareInputs, Usage
+
+    moment = parse_ts(now)
+    quotas = {team.name: policy.quota_in_force(team, moment) for team in policy.teams.teams}
+    pool = PoolView.from_state(state, now)
+    usage = Usage.of_pool(pool, ShareInputs(quotas=quotas))
+    rows: list[dict[str, Any]] = []
+    for team in policy.teams.teams:
+        held = usage.of(team.name)
+        scopes = quotas[team.name]
+        if not scopes:
+            rows.append(_row(team.name, None, "gpu-memory", None, None, None, 0, 0))
+            rows[-1]["in_use"] = usage.memory_mib.get(team.name, 0)
+            continue
+        for index, scope in enumerate(scopes):
+            for resource in scope.resources():
+                used = held[index].get(resource, 0)
+                nominal = scope.nominal.get(resource)
+                borrowed = max(0, used - nominal) if nominal is not None else 0
+                rows.append(
+                    _row(
+                        team.name,
+                        scope,
+                        resource,
+                        nominal,
+                        scope.limit(resource),
+                        scope.lendable(resource),
+                        used,
+                        borrowed,
+                    )
+                )
+    windows = []
+    for window in policy.windows:
+        for team_name, scopes in window.teams.items():
+            for scope in scopes:
+                for resource, amount in scope.nominal.items():
+                    windows.append(
+                        {
+                            "window": window.name,
+                            "active": window.active(moment),
+                            "timezone": window.timezone,
+                            "days": ",".join(window.as_dict()["days"]),
+                            "hours": window.hours_text(),
+                            "team": team_name,
+                            "scope": scope.describe(),
+                            "resource": resource,
+                            "nominal": amount,
+                        }
+                    )
+    return {
+        "at": now,
+        "active_windows": [w.name for w in policy.active_windows(moment)],
+        "teams": rows,
+        "windows": windows,
+    }
+
+
+def _row(
+    team: str,
+    scope: QuotaScope | None,
+    resource: str,
+    nominal: int | None,
+    limit: int | None,
+    lendable: int | None,
+    used: int,
+    borrowed: int,
+) -> dict[str, Any]:
+    return {
+        "team": team,
+        "scope": scope.describe() if scope is not None else "(not limited)",
+        "resource": resource,
+        "nominal": nominal,
+        "limit": limit,
+        "lendable": lendable,
+        "in_use": used,
+        "borrowed": borrowed,
+    }

@@ -1,0 +1,133 @@
+"""Teams end to end on the bundled simulated pool, through the real CLI: two teams share one
+DGX node by quotas that change between night and day (a window in Asia/Singapore), crossed
+with a fixed clock (GPUPOOL_NOW), never a sleep. At night training may fill the node;
+in the morning the serving team's work reclaims what training holds above its day quota,
+the reclaimed jobs are requeued and wait, `quota` and `usage` say who held what."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+PY = sys.executable
+DGX = "sg-dgx01"  # eight whole H100 80 GB cards
+SLEEP = "import time; time.sleep(600)"
+ALICE = {"USER": "alice", "LOGNAME": "alice"}
+BOB = {"USER": "bob", "LOGNAME": "bob"}
+NIGHT = "2026-12-01T13:00:00.000Z"  # 21:00 in Singapore (UTC+8, no daylight saving)
+MORNING = "2026-12-02T00:30:00.000Z"  # 08:30 in Singapore: the day's quotas
+
+POLICY = """\
+version: 1
+teams:
+  serve:
+    members: [alice]
+    quota: {nominal: {cards: 6}}
+  train:
+    members: [bob]
+    quota: {nominal: {cards: 2}}
+windows:
+  - name: singapore-night
+    timezone: Asia/Singapore
+    hours: "20:00-08:00"
+    teams:
+      serve: {quota: {nominal: {cards: 1}}}
+      train: {quota: {nominal: {cards: 7}}}
+"""
+
+
+def at(moment: str, who: dict[str, str]) -> dict[str, str]:
+    return {**who, "GPUPOOL_NOW": moment}
+
+
+def submit(cli, policy: Path, moment: str, who: dict[str, str], *extra: str) -> Any:
+    return cli(
+        "-q", "--pool-policy", str(policy), "-l", DGX, "submit", "--profile", "gpu",
+        "--grace", "0", *extra, "--", PY, "-c", SLEEP,
+        extra_env=at(moment, who),
+    )  # fmt: skip
+
+
+def jobs(cli, policy: Path, moment: str) -> dict[str, dict[str, Any]]:
+    run = cli(
+        "-q", "--pool-policy", str(policy), "-l", DGX, "jobs", "--all", "-o", "json",
+        extra_env=at(moment, BOB),
+    )  # fmt: skip
+    assert run.code == 0, run.stderr
+    return {j["id"]: j for j in run.json()}
+
+
+def test_night_training_is_reclaimed_for_serving_in_the_morning(jobs_cli, tmp_path: Path) -> None:
+    policy = tmp_path / "pool.yaml"
+    policy.write_text(POLICY)
+    assert jobs_cli("-q", "--pool-policy", str(policy), "policy", "check").code == 0
+
+    # Night: training's quota is 7 cards; it takes them, and the 8th borrowed (serving
+    # leaves its one card idle).
+    night = [submit(jobs_cli, policy, NIGHT, BOB, "--preemptible") for _ in range(8)]
+    assert all(r.code == 0 for r in night), [r.stderr for r in night]
+    train_ids = [r.stdout.strip() for r in night]
+    state = jobs(jobs_cli, policy, NIGHT)
+    assert [state[j]["state"] for j in train_ids] == ["running"] * 8, state
+
+    quota = jobs_cli(
+        "-q", "--pool-policy", str(policy), "-o", "json", "quota", extra_env=at(NIGHT, BOB)
+    )
+    assert quota.code == 0, quota.stderr
+    report = quota.json()
+    assert report["active_windows"] == ["singapore-night"]
+    rows = {(r["team"], r["resource"]): r for r in report["teams"]}
+    assert rows[("train", "cards")]["nominal"] == 7
+    assert rows[("train", "cards")]["in_use"] == 8 and rows[("train", "cards")]["borrowed"] == 1
+    assert rows[("serve", "cards")]["nominal"] == 1 and rows[("serve", "cards")]["in_use"] == 0
+
+    # Morning: serving's quota is 6 cards, training's 2. Serving asks for two cards; the
+    # pass reclaims two of training's (borrowed or preemptible, the newest first), requeues
+    # them, and starts serving's work on the freed cards.
+    morning = [submit(jobs_cli, policy, MORNING, ALICE) for _ in range(2)]
+    assert all(r.code == 0 for r in morning), [r.stderr for r in morning]
+    serve_ids = [r.stdout.strip() for r in morning]
+    state = jobs(jobs_cli, policy, MORNING)
+    assert [state[j]["state"] for j in serve_ids] == ["running", "running"], state
+    requeued = [j for j in train_ids if state[j]["state"] == "queued"]
+    assert requeued == train_ids[-2:], state  # the newest first
+    for job_id in requeued:
+        assert "reclaimed for team serve" in (state[job_id].get("reason") or ""), state[job_id]
+    assert [state[j]["state"] for j in train_ids[:-2]] == ["running"] * 6
+
+    # Training is above its day nominal and the node is full: its requeued work waits, and
+    # reclaims nothing from serving (serving is within its nominal).
+    plan = jobs_cli(
+        "-q", "--pool-policy", str(policy), "-l", DGX, "-o", "json", "schedule", "--dry-run",
+        extra_env=at(MORNING, BOB),
+    )  # fmt: skip
+    assert plan.code == 0, plan.stderr
+    events = plan.json()
+    assert not [e for e in events if e["event"] == "would-preempt"], events
+    assert {e["job"] for e in events if e["event"] == "waiting"} == set(requeued)
+
+    # Usage: the night's holds, from the fixed clock: training held cards from 21:00 to
+    # 08:30 (11.5 h) for the two reclaimed runs.
+    usage = jobs_cli("-q", "usage", "--by", "team", "-o", "json", extra_env=at(MORNING, BOB))
+    assert usage.code == 0, usage.stderr
+    by_team = {r["team"]: r for r in usage.json()["rows"]}
+    assert by_team["train"]["gpu_hours"] >= 8 * 11.5 - 0.01, by_team
+    assert by_team["serve"]["gpu_hours"] == 0, by_team  # started just now
+
+
+def test_team_choice_is_checked_at_submit(jobs_cli, tmp_path: Path) -> None:
+    policy = tmp_path / "pool.yaml"
+    policy.write_text(POLICY)
+    unknown = submit(jobs_cli, policy, NIGHT, BOB, "--team", "nosuch")
+    assert unknown.code == 2, unknown.stderr
+    assert "no such team" in unknown.stderr and "serve, train" in unknown.stderr
+    other = submit(jobs_cli, policy, NIGHT, BOB, "--team", "serve")
+    assert other.code == 1, other.stderr
+    assert "bob is not a member of team serve" in other.stderr
+    assert len(other.stderr.strip().splitlines()) == 1
+    stranger = submit(jobs_cli, policy, NIGHT, {"USER": "eve", "LOGNAME": "eve"})
+    assert stranger.code == 1 and "eve is in no team" in stranger.stderr, stranger.stderr
+    assert "Traceback" not in unknown.stderr + other.stderr + stranger.stderr
+    listed = jobs_cli("-q", "jobs", "--all", "-o", "json", extra_env=at(NIGHT, BOB))
+    assert listed.json() == []  # nothing was queued by a refused submit
