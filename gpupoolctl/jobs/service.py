@@ -28,6 +28,7 @@ from gpupoolctl.sched.names import check_names
 if TYPE_CHECKING:
     from gpupoolctl.policy import PoolPolicy
     from gpupoolctl.sched.elastic import ElasticInputs, InHosts, Recut
+    from gpupoolctl.sched.shares import ShareInputs
 
 # Agent errors that prove a launch did not happen (anything else: ask the node).
 _NOT_LAUNCHED = {"BadRequest", "BadDevices", "BadWorkdir", "LaunchFailed", "SimError"}
@@ -325,41 +326,56 @@ class JobsCore:
 
     def plan(self, spec: JobSpec) -> Placement | NoFit | Recut:
         """Where it would go now, and why; writes nothing."""
+        from gpupoolctl.jobs import teams  # above this module: it builds on JobsCore
+
         spec.validate()
+        spec = teams.with_team(self, spec)
         view = self.read()
         state = view.state
         if self._unrecorded:
             extra = {s["id"]: s for s in self._unrecorded}
             state = dataclasses.replace(state, slices={**state.slices, **extra})
         inputs = self.elastic_inputs(state, view.now)
-        if inputs is not None:
-            return self._plan_elastic(state, spec, view.now, inputs)
+        shares = teams.share_inputs(self.policy, state, view.now, self.hosts)
+        if inputs is not None or shares is not None:
+            return self._plan_pass(state, spec, view.now, inputs, shares)
         result = self.place(state, spec.request, view.now, spec.policy)
         if isinstance(result, NoFit) and result.never:
             check_names(spec.request, state.slices.values())
         return result
 
-    def _plan_elastic(
-        self, state: State, spec: JobSpec, now: str, inputs: ElasticInputs
+    def _plan_pass(
+        self,
+        state: State,
+        spec: JobSpec,
+        now: str,
+        inputs: ElasticInputs | None,
+        shares: ShareInputs | None,
     ) -> Placement | NoFit | Recut:
         """The scheduling pass as it would run with this job queued behind today's queue
-        (once it has waited the batch window): where it lands, or the re-cut made for it."""
+        (once it has waited the batch window): where it lands, or the re-cut made for it;
+        with teams, within its team's quota in force now."""
         from datetime import timedelta
 
         from gpupoolctl.sched import QueueEntry, queue_entries, schedule_pass
 
         moment = parse_ts(now)
+        waited = inputs.policy.batch_window_s if inputs is not None else 0.0
         mine = QueueEntry(
             id="(this job)",
             priority=spec.request.priority,
             seq=state.seq + 1,
-            enqueued=moment - timedelta(seconds=inputs.policy.batch_window_s),
+            enqueued=moment - timedelta(seconds=waited),
             request=spec.request,
             job="(this job)",
             policy=spec.policy,
         )
         result = schedule_pass(
-            [*queue_entries(state), mine], self.pool(state, now), moment, elastic=inputs
+            [*queue_entries(state), mine],
+            self.pool(state, now),
+            moment,
+            elastic=inputs,
+            shares=shares,
         )
         for entry, placement in result.placed:
             if entry is mine:

@@ -26,7 +26,7 @@ teams:
     quota: {nominal: {cards: 6}}
   train:
     members: [bob]
-    quota: {nominal: {cards: 2}}
+    quota: {nominal: {cards: 2}, borrowing-limit: {cards: 0}}
 windows:
   - name: singapore-night
     timezone: Asia/Singapore
@@ -96,8 +96,8 @@ def test_night_training_is_reclaimed_for_serving_in_the_morning(jobs_cli, tmp_pa
         assert "reclaimed for team serve" in (state[job_id].get("reason") or ""), state[job_id]
     assert [state[j]["state"] for j in train_ids[:-2]] == ["running"] * 6
 
-    # Training is above its day nominal and the node is full: its requeued work waits, and
-    # reclaims nothing from serving (serving is within its nominal).
+    # Training is above its day limit (2 cards, no borrowing by day): its requeued work
+    # waits for its quota, and reclaims nothing from serving (within its nominal).
     plan = jobs_cli(
         "-q", "--pool-policy", str(policy), "-l", DGX, "-o", "json", "schedule", "--dry-run",
         extra_env=at(MORNING, BOB),
@@ -105,7 +105,12 @@ def test_night_training_is_reclaimed_for_serving_in_the_morning(jobs_cli, tmp_pa
     assert plan.code == 0, plan.stderr
     events = plan.json()
     assert not [e for e in events if e["event"] == "would-preempt"], events
-    assert {e["job"] for e in events if e["event"] == "waiting"} == set(requeued)
+    waiting = {e["job"]: e["reason"] for e in events if e["event"] == "waiting"}
+    assert set(waiting) == set(requeued)
+    assert all(r == "team train at its limit (6 of 2 cards)" for r in waiting.values()), waiting
+    dry = submit(jobs_cli, policy, MORNING, BOB, "--dry-run")
+    assert dry.code == 0, dry.stderr
+    assert "team train at its limit (6 of 2 cards)" in dry.stdout + dry.stderr, dry
 
     # Usage: the night's holds, from the fixed clock: training held cards from 21:00 to
     # 08:30 (11.5 h) for the two reclaimed runs.
