@@ -90,12 +90,17 @@ def quota(
             {
                 **_shown(w),
                 "active": "yes" if w["active"] else "",
-                "when": f"{w['days']} {w['hours']} {w['timezone']}",
+                "when": f"{_days(w['days'])} {w['hours']} {w['timezone']}",
             }
             for w in report["windows"]
         ]
         print()
         table(settings, windows, WINDOW_COLUMNS, title="Time windows")
+
+
+def _days(days: str) -> str:
+    """'mon,tue,...,sun' -> 'daily'; other sets as they are."""
+    return "daily" if days.count(",") == 6 else days
 
 
 def _csv(columns: tuple[Column, ...]) -> list[Column]:
