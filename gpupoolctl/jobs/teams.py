@@ -55,8 +55,9 @@ def with_team(jobs: JobsCore, spec: JobSpec) -> JobSpec:
     user's first, or the default; unchanged where the policy has no teams."""
     policy = jobs.policy
     if policy is None or not policy.teams.enabled:
-        if spec.request.team is not None:
-            team_for(PoolPolicy().teams, jobs.owner, asked=spec.request.team)  # says why not
+        if spec.request.team is not None:  # says why not, naming the policy file if any
+            source = policy.source if policy is not None else None
+            team_for(PoolPolicy().teams, jobs.owner, asked=spec.request.team, source=source)
         return spec
     from gpupoolctl.policy.actor import unix_groups
 
