@@ -165,6 +165,14 @@ def test_options() -> None:
     assert "--no-requeue" in sbatch_request(_spec(), TYPES).args
 
 
+def test_a_team_is_the_slurm_account() -> None:
+    args = sbatch_request(_spec(team="train"), TYPES).args
+    plain = sbatch_request(_spec(), TYPES).args
+    assert [a for a in args if a.startswith("--account")] == ["--account=train"]
+    assert [a for a in args if a != "--account=train"] == list(plain)  # nothing else changes
+    assert not any(a.startswith("--account") for a in plain)
+
+
 def test_nice_follows_priority() -> None:
     assert nice_for(50) == 0
     assert nice_for(10) > 0 > nice_for(90)
