@@ -44,7 +44,7 @@ def quota(
         typer.Option(
             "--at",
             help="Show the quotas in force at this time (ISO-8601, e.g. 2026-12-07T08:00:00Z) "
-            "instead of now: which windows apply then. What is in use is always now's.",
+            "instead of now: which windows apply then, against what is held now.",
         ),
     ] = None,
 ) -> None:
@@ -57,23 +57,34 @@ def quota(
     time window and the quota it gives each team while it is active (NOW: yes).
 
     Teams and windows come from the pool policy file (--pool-policy, GPUPOOL_POLICY or
-    ~/.config/gpupoolctl/pool.yaml). Exit 0; 1 when there is no policy file with teams.
+    ~/.config/gpupoolctl/pool.yaml). Exit 0; 1 when there is no policy file or it has no
+    teams; 2 when --at is not a time.
     """
     settings: Settings = ctx.obj
     from gpupoolctl.cli.ledger_cmd import open_ledger
-    from gpupoolctl.errors import SourceError
+    from gpupoolctl.errors import GpupoolError, SourceError
     from gpupoolctl.jobs.teams import quota_report
     from gpupoolctl.ledger.units import format_ts, parse_ts
     from gpupoolctl.policy import resolve_policy
 
     policy = resolve_policy(settings.pool_policy)
+    if policy.source is None:
+        raise GpupoolError(
+            "no pool policy file (--pool-policy, GPUPOOL_POLICY or "
+            "~/.config/gpupoolctl/pool.yaml): nothing is limited by team"
+        )
     if not policy.teams.enabled:
-        where = policy.source or "no pool policy file"
-        raise SourceError(where, None, "has no teams: section; nothing is limited by team")
-    if at is not None and not at.strip():
-        raise UsageError("--at must not be empty")
+        raise SourceError(policy.source, None, "has no teams: section; nothing is limited by team")
+    moment = None
+    if at is not None:
+        try:
+            moment = parse_ts(at)
+        except UsageError:
+            raise UsageError(
+                f"--at {at[:40]!r}: expected an ISO-8601 time, e.g. 2026-12-07T08:00:00Z"
+            ) from None
     view = open_ledger(settings).read()
-    now = format_ts(parse_ts(at)) if at is not None else view.now
+    now = format_ts(moment) if moment is not None else view.now
     report = quota_report(policy, view.state, now)
     fmt = settings.resolved_output()
     if fmt in (OutputFormat.json, OutputFormat.yaml):

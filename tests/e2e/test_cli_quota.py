@@ -34,8 +34,11 @@ def one_line(text: str) -> str:
 def test_without_teams_quota_exits_1_with_one_line(cli) -> None:
     run = cli("quota")  # no policy file at all: the HOME is empty
     assert run.code == 1
-    assert "no teams: section" in one_line(run.stderr)
+    assert "no pool policy file" in one_line(run.stderr)
     assert run.stdout == ""
+    run = cli("--pool-policy", SHARES.replace("shares.yaml", "pool.yaml"), "quota")
+    assert run.code == 1
+    assert "pool.yaml: has no teams: section" in one_line(run.stderr)
 
 
 def test_json_follows_the_clock_and_at_gives_another_time(cli) -> None:
