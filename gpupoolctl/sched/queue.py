@@ -231,9 +231,12 @@ def _in_order(
     cap: int,
     usage: share_rules.Usage | None,
 ) -> Iterator[QueueEntry]:
-    """order_queue's order; with teams, within one effective priority the team with the
-    least usage for its share next, its usage counting what this pass has placed so far
-    (the caller updates `usage` between entries)."""
+    """order_queue's order; with teams, first the work of teams below their nominal quota
+    (their guarantee before anyone's borrowing, whatever the priorities: else a borrower of
+    higher priority takes what a reclaim freed for a guaranteed job, and the next pass
+    reclaims it again), then by effective priority, and within one the team with the least
+    usage for its share next; usage counts what this pass has placed so far (the caller
+    updates `usage` between entries)."""
     ordered = order_queue(entries, now, interval=interval, cap=cap)
     if usage is None:
         yield from ordered
@@ -246,6 +249,7 @@ def _in_order(
         best_team = min(
             per_team,
             key=lambda t: (
+                not usage.below_nominal(t),
                 rank[per_team[t][0].id],
                 usage.fair_share_key(t),
                 per_team[t][0].seq,

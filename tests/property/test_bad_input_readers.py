@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -263,13 +264,18 @@ def test_a_broken_default_ssh_config_is_one_line_naming_it(tmp_path, monkeypatch
         load_fabric_config(None)
 
 
+_FIXED = datetime(2026, 1, 1, tzinfo=UTC)
+
+
 def _ledger_files(folder: Path) -> dict[str, bytes]:
     """A small real ledger: a journal, a snapshot and an archive."""
     from gpupoolctl.ledger import Ledger
     from gpupoolctl.sched import JobRequest
     from gpupoolctl.sched.alloc import alloc as hold
 
-    ledger = Ledger(folder / "l.jsonl", durable=False, actor="t@b")
+    # A fixed clock: the files (their usage totals too) must be the same on every example,
+    # or hypothesis sees its data generation change between runs.
+    ledger = Ledger(folder / "l.jsonl", durable=False, actor="t@b", clock=lambda: _FIXED)
     slices = [{"id": "n1/gpu0", "host": "n1", "kind": "gpu", "memory_mib": 80000, "uuid": "U"}]
     ledger.refresh_slices(["n1"], slices)
     ledger.release(hold(ledger, JobRequest(profile="gpu"), owner="ann").value.id)

@@ -199,8 +199,11 @@ def test_trimmed_queue_reclaims_the_same() -> None:
     for n in range(30):
         kind = "inference" if n % 3 else "training"
         gib = [10, 18, 30, 60][n % 4] if kind == "inference" else [35, 70][n % 2]
-        duration = (1 + n % 5) * HOUR if kind == "training" else (20 + 7 * n % 50) * 60
-        jobs.append(_job(f"j{n:02d}", kind, n * 700.0, duration, gib, 50 if n % 3 else 10))
+        duration = (1 + n % 5) * HOUR if kind == "training" else (60 + 7 * n % 50) * 60
+        # Inference comes fast and borrows training's idle share; training comes later and
+        # reclaims it.
+        arrival = n * 700.0 + 2 * HOUR if kind == "training" else n * 200.0
+        jobs.append(_job(f"j{n:02d}", kind, arrival, duration, gib, 50 if n % 3 else 10))
     kept = [
         sharereplay.replay(
             "t", jobs, slices, 220 * GIB, _request, _even(110), until=12 * HOUR, trim=trim

@@ -497,3 +497,44 @@ def test_without_shares_the_pass_decides_as_before():
             now = schedule_pass(queue, PoolView(pool, holds), T0, preempt=preempt, shares=None)
             assert _decided(now) == _decided(before)
             assert not now.reclaim and now.borrowed == set()
+
+
+def test_what_a_reclaim_freed_goes_to_the_guaranteed_work_not_to_a_higher_priority_borrower():
+    """The reclaim livelock: inference holds both cards (one borrowed); training, within its
+    nominal, reclaims the borrowed one; on the next pass inference's higher-priority queued
+    job must not take the freed card by borrowing again (the pass after would reclaim it
+    again, forever): within-nominal work goes first."""
+    from datetime import UTC, datetime, timedelta
+
+    from gpupoolctl.policy.model import GPU_MEMORY, QuotaScope
+    from gpupoolctl.sched import Holder, JobRequest, PoolView, QueueEntry, schedule_pass
+    from gpupoolctl.sched.shares import ShareInputs
+
+    def card(n: int) -> dict:
+        return {
+            "id": f"h/gpu{n}", "kind": "gpu", "memory_mib": 81920, "island": "h/island0",
+            "site": "x", "host": "h", "gpu": n, "vendor": "nvidia", "model": "H100",
+        }  # fmt: skip
+
+    now = datetime(2025, 6, 2, 6, tzinfo=UTC)
+    scope = QuotaScope(line=0, site="x", nominal={GPU_MEMORY: 81920})
+    shares = ShareInputs(quotas={"inference": (scope,), "training": (scope,)})
+    view = PoolView([card(0), card(1)])
+    view.hold(["h/gpu0"], Holder("i1", slices=("h/gpu0",), job="i1", priority=50, team="inference"))
+    view.hold(
+        ["h/gpu1"],
+        Holder("i2", slices=("h/gpu1",), job="i2", priority=50, team="inference", borrowed=True),
+    )
+
+    def entry(job: str, team: str, priority: int, seq: int, at: datetime) -> QueueEntry:
+        request = JobRequest(gpus=1, memory_mib=30000, priority=priority, team=team)
+        return QueueEntry(id=job, priority=priority, seq=seq, enqueued=at, job=job, request=request)
+
+    t1 = entry("t1", "training", 10, 1, now)
+    i3 = entry("i3", "inference", 50, 2, now + timedelta(minutes=1))
+    first = schedule_pass([t1, i3], view, now, preempt=True, shares=shares)
+    assert first.reclaim and first.preempt == (t1, ["i2"])
+    view.unhold("i2")  # the victim has stopped
+    second = schedule_pass([t1, i3], view, now + timedelta(minutes=2), preempt=True, shares=shares)
+    assert [(e.id, p.slices) for e, p in second.placed] == [("t1", ["h/gpu1"])]
+    assert [e.id for e, _ in second.waiting] == ["i3"] and second.preempt is None
