@@ -42,6 +42,7 @@ from typing import Any
 
 from jobtrace import Job  # type: ignore[import-not-found]  # bench/utilization/jobtrace.py
 from replay import T0, _shape, trimmed  # type: ignore[import-not-found]  # bench/utilization
+from window import overlap, percentile  # type: ignore[import-not-found]  # bench/utilization
 
 from gpupoolctl.ledger.state import decayed
 from gpupoolctl.ledger.units import format_ts
@@ -337,19 +338,6 @@ def entry_of_job_id(queue: Mapping[str, QueueEntry]) -> list[str]:
 # -- measures over the window ------------------------------------------------------------------
 
 DAY_HOURS = (8, 20)  # a site's day, local time: 08:00-20:00 (the windows' hours)
-
-
-def overlap(start: float, end: float, window: float) -> float:
-    return max(0.0, min(end, window) - max(start, 0.0))
-
-
-def percentile(values: list[tuple[float, bool]], q: float) -> tuple[float, bool]:
-    """The nearest-rank q-quantile of (value, censored) pairs (bench/utilization/window.py)."""
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0, False
-    rank = max(0, min(len(ordered) - 1, round(q * (len(ordered) - 1))))
-    return ordered[rank]
 
 
 def merge(name: str, runs: Sequence[TeamRun]) -> TeamRun:

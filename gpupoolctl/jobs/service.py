@@ -326,7 +326,7 @@ class JobsCore:
 
     def plan(self, spec: JobSpec) -> Placement | NoFit | Recut:
         """Where it would go now, and why; writes nothing."""
-        from gpupoolctl.jobs import teams  # above this module: it builds on JobsCore
+        from gpupoolctl.jobs import teams
 
         spec.validate()
         spec = teams.with_team(self, spec)

@@ -4,9 +4,8 @@ ledger, at the time of the pass (windows applied)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from gpupoolctl.jobs.service import JobsCore
 from gpupoolctl.jobs.spec import JobSpec
 from gpupoolctl.ledger import State
 from gpupoolctl.ledger.state import seconds_between
@@ -50,7 +49,15 @@ def share_inputs(
     return ShareInputs(quotas=quotas, history=history, elsewhere=elsewhere)
 
 
-def with_team(jobs: JobsCore, spec: JobSpec) -> JobSpec:
+class Submitter(Protocol):
+    """Who submits, as a JobsCore says it (this module sits beside it, not above it)."""
+
+    policy: PoolPolicy | None
+    owner: str
+    admin: bool
+
+
+def with_team(jobs: Submitter, spec: JobSpec) -> JobSpec:
     """The spec with its team resolved (policy.membership.team_for): the one asked for, the
     user's first, or the default; unchanged where the policy has no teams."""
     policy = jobs.policy
@@ -66,7 +73,7 @@ def with_team(jobs: JobsCore, spec: JobSpec) -> JobSpec:
         jobs.owner,
         unix_groups(jobs.owner),
         spec.request.team,
-        admin=getattr(jobs, "admin", False),
+        admin=jobs.admin,
         source=policy.source,
     )
     return dataclasses.replace(spec, request=dataclasses.replace(spec.request, team=team))
