@@ -124,8 +124,20 @@ def schedule_pass(
     elastic_on = elastic is not None and elastic.policy.enabled
     usage = share_rules.Usage.of_pool(pool, shares) if shares is not None else None
     at_limit: set[str] = set()  # waiting for their team's quota: no re-cut for them
+    # With teams, work that would borrow goes after all work within its team's nominal
+    # (Kueue's order): else a borrower of higher priority takes what a reclaim freed for a
+    # guaranteed job, and the next pass reclaims it again. Borrowers wait for a second round.
+    deferred: list[QueueEntry] = []
+    borrowing: set[tuple[Any, ...]] = set()  # request keys whose placement borrowed
+
+    def in_two_rounds() -> Iterator[tuple[QueueEntry, bool]]:
+        for first in _in_order(entries, now, interval, cap, usage):
+            yield first, False
+        for later in deferred:  # read once the first round is over
+            yield later, True
+
     try:
-        for entry in _in_order(entries, now, interval, cap, usage):
+        for entry, second_round in in_two_rounds():
             if entry.not_before is not None and entry.not_before > now:
                 # A restart waiting out its back-off: not placed, no victims, no slices
                 # reserved, no re-cut made for it; it only waits.
@@ -136,6 +148,9 @@ def schedule_pass(
             how = entry.policy or policy
             team = entry.request.team if usage is not None else None
             key = (entry.request.shape_key(), how, team)
+            if not second_round and key in borrowing:
+                deferred.append(entry)
+                continue
             outcome = failed.get(key)
             if outcome is None:
                 if usage is not None and team is not None:
@@ -153,6 +168,10 @@ def schedule_pass(
                 if usage is not None and team is not None:
                     taken = [pool.slices[s] for s in outcome.slices]
                     borrowed = share_rules.borrows(team, taken, usage)
+                    if borrowed and not second_round:
+                        borrowing.add(key)
+                        deferred.append(entry)
+                        continue
                     usage.change(team, taken, +1)
                     if borrowed:
                         result.borrowed.add(entry.id)
@@ -173,6 +192,9 @@ def schedule_pass(
                 result.placed.append((entry, outcome))
                 continue
             failed[key] = outcome
+            if second_round:  # it fitted by borrowing; what is left no longer holds it
+                result.waiting.append((entry, outcome))
+                continue
             if outcome.never:
                 result.never.append((entry, outcome))
                 continue
@@ -231,12 +253,9 @@ def _in_order(
     cap: int,
     usage: share_rules.Usage | None,
 ) -> Iterator[QueueEntry]:
-    """order_queue's order; with teams, first the work of teams below their nominal quota
-    (their guarantee before anyone's borrowing, whatever the priorities: else a borrower of
-    higher priority takes what a reclaim freed for a guaranteed job, and the next pass
-    reclaims it again), then by effective priority, and within one the team with the least
-    usage for its share next; usage counts what this pass has placed so far (the caller
-    updates `usage` between entries)."""
+    """order_queue's order; with teams, within one effective priority the team with the
+    least usage for its share next, its usage counting what this pass has placed so far
+    (the caller updates `usage` between entries)."""
     ordered = order_queue(entries, now, interval=interval, cap=cap)
     if usage is None:
         yield from ordered
@@ -249,7 +268,6 @@ def _in_order(
         best_team = min(
             per_team,
             key=lambda t: (
-                not usage.below_nominal(t),
                 rank[per_team[t][0].id],
                 usage.fair_share_key(t),
                 per_team[t][0].seq,

@@ -140,19 +140,6 @@ class Usage:
         scope = self.scopes(team)[index]
         return max(0, self.of(team)[index].get(resource, 0) - scope.nominal.get(resource, 0))
 
-    def below_nominal(self, team: str | None) -> bool:
-        """Whether the team holds less than its nominal of some resource in some scope: its
-        work may still be within its guarantee, so it goes before work that can only borrow
-        (Kueue admits within-nominal work first). Without a quota, never."""
-        if team is None:
-            return False
-        held = self.of(team)
-        return any(
-            held[index].get(resource, 0) < amount
-            for index, scope in enumerate(self.scopes(team))
-            for resource, amount in scope.nominal.items()
-        )
-
     def fair_share_key(self, team: str | None) -> float:
         """Usage over share, lower first: history plus what it holds now (GiB-seconds count
         one second of what it holds, so a team holding more goes later at equal history)."""
