@@ -1,12 +1,12 @@
 """Teams' shares benchmark: a static split vs shares with borrowing vs shares with windows.
 
     python bench/shares/run.py [--seeds 2025,2026,2027] [--seed N] [--workers 2]
-                               [--pass-interval 60] [--grace 30] [--calibration-seed 2025]
-                               [--write-policies] [--json FILE]
+                               [--pass-interval 60] [--grace 30] [--recut-cost 10]
+                               [--calibration-seed 2025] [--write-policies] [--json FILE]
 
 The contended day of bench/utilization (jobtrace.make_contended_trace) with two teams:
 every inference job is team `inference`, every training job team `training`. Replayed
-three ways, all on the `mixed` layout's slices (no elastic re-cuts), every pass through
+five ways, all starting from the `mixed` layout's slices, every pass through
 gpupoolctl.sched.schedule_pass(..., preempt=True, shares=ShareInputs(...)) (sharereplay.py):
 
   (a) static   each site's hosts split between the teams by the split rule; each team's
@@ -14,11 +14,16 @@ gpupoolctl.sched.schedule_pass(..., preempt=True, shares=ShareInputs(...)) (shar
   (b) shares   shares.yaml: each team's nominal per site = its static-split memory there,
                borrowing and lending unlimited, reclaim on;
   (c) windows  windows.yaml: the same teams, and per site a day (08:00-20:00 local) and a
-               night window whose nominal quotas follow the demand by day and by night.
+               night window whose nominal quotas follow the demand by day and by night;
+  (a+e)        (a) with elastic re-cuts inside each team's own hosts: the elastic section of
+               playbooks/pool.yaml as shipped, the re-cuts each pass decides are made;
+  (c+e)        windows-elastic.yaml: windows.yaml's teams and windows plus the same elastic
+               section (the one in force at each pass: PoolPolicy.elastic_in_force).
 
-Both policy files are derived by the rules below from one calibration day (seed 2025) and
-used unchanged on every seed, as an operator sets quotas from past demand; `--write-policies`
-writes them again from the rules, and every run checks that they still match.
+(a), (b) and (c) keep the layout all day (no elastic re-cuts). The policy files are derived
+by the rules below from one calibration day (seed 2025) and used unchanged on every seed, as
+an operator sets quotas from past demand; `--write-policies` writes them again from the
+rules, and every run checks that they still match.
 See README.md for the rules, the definitions and the results.
 """
 
@@ -63,13 +68,24 @@ from gpupoolctl.sched import JobRequest  # noqa: E402
 
 SHARES = HERE / "shares.yaml"
 WINDOWS = HERE / "windows.yaml"
+WINDOWS_ELASTIC = HERE / "windows-elastic.yaml"
+POOL_POLICY = ROOT / "playbooks" / "pool.yaml"  # its elastic section: the `+e` columns'
 LAYOUT = "mixed"
 TEAMS = ("inference", "training")
 TIMEZONES = {"singapore": "Asia/Singapore", "dubai": "Asia/Dubai"}  # UTC+8, UTC+4, no DST
 DAY_START, DAY_END = 8 * 60, 20 * 60  # a site's day in local minutes: 08:00-20:00
 CALIBRATION_SEED = 2025
-COLUMNS = ("a", "b", "c")
-COLUMN_NAMES = {"a": "a: static", "b": "b: shares", "c": "c: windows"}
+COLUMNS = ("a", "a+e", "b", "c", "c+e")
+COLUMN_NAMES = {
+    "a": "a: static",
+    "a+e": "a+e: +elastic",
+    "b": "b: shares",
+    "c": "c: windows",
+    "c+e": "c+e: +elastic",
+}
+# The targets, each (x) against (y): the issue's (c vs the static split), the same with
+# re-cuts on the windows' side only, and with re-cuts on both sides.
+COMPARISONS = (("c", "a"), ("c+e", "a"), ("c+e", "a+e"))
 
 
 def _utilization_run() -> Any:
@@ -85,16 +101,20 @@ def _utilization_run() -> Any:
 _UTIL: Any = None
 
 
+def _util() -> Any:
+    global _UTIL
+    if _UTIL is None:
+        _UTIL = _utilization_run()
+    return _UTIL
+
+
 def team_of(job: Job) -> str:
     return job.kind  # every inference job is team inference, every training job training
 
 
 def request_of(job: Job) -> JobRequest:
     """bench/utilization's contended request (the `mixed` column's), with the job's team."""
-    global _UTIL
-    if _UTIL is None:
-        _UTIL = _utilization_run()
-    return replace(_UTIL.contended_request(job), team=team_of(job))
+    return replace(_util().contended_request(job), team=team_of(job))
 
 
 # -- the rules ---------------------------------------------------------------------------------
@@ -232,6 +252,23 @@ def policy_text(
     return "\n".join(lines) + "\n"
 
 
+def elastic_section(text: str) -> str:
+    """The `elastic:` section of a policy file's text, as written there: the comment lines
+    just above it, the key and everything indented under it (the comments and blank lines
+    before the next top-level key are that key's)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split("#")[0].rstrip() == "elastic:")
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i][:1] not in ("", " ", "#")),
+        len(lines),
+    )
+    while end > start + 1 and (not lines[end - 1].strip() or lines[end - 1].startswith("#")):
+        end -= 1
+    while start > 0 and lines[start - 1].startswith("#"):
+        start -= 1
+    return "\n".join(lines[start:end]) + "\n"
+
+
 def load_policy(path: Path) -> PoolPolicy:
     """The policy file, read by the product's own parser."""
     from gpupoolctl.policy import parse_policy
@@ -285,6 +322,13 @@ def derive(slices: list[dict[str, Any]], seed: int) -> dict[str, Any]:
         "divided between the teams in proportion to their users' demand (memory-time)",
         "there in that part of the day (window rule: README.md).",
     ]
+    header_e = [
+        *header_w,
+        "",
+        "Elastic: the elastic section of playbooks/pool.yaml, copied as it is (the `c+e`",
+        "column; no window replaces it).",
+    ]
+    elastic = elastic_section(POOL_POLICY.read_text())
     return {
         "hosts": hosts,
         "demand": asked,
@@ -293,6 +337,7 @@ def derive(slices: list[dict[str, Any]], seed: int) -> dict[str, Any]:
         "windows": windows,
         "shares_text": shares,
         "windows_text": policy_text(owned, windows, header_w),
+        "windows_elastic_text": policy_text(owned, windows, header_e) + elastic,
     }
 
 
@@ -304,7 +349,7 @@ def replay_task(task: dict[str, Any]) -> tuple[str, sharereplay.TeamRun, float, 
     began, cpu = time.perf_counter(), time.process_time()
     jobs = make_contended_trace(task["seed"], POOL_MEMORY_MIB)
     slices = task["slices"]
-    if task["column"] == "a":
+    if task["column"] in ("a", "a+e"):
         team = task["team"]
         jobs = [j for j in jobs if team_of(j) == team]
         quota = {team: static_quota(task["owned"])}
@@ -318,6 +363,11 @@ def replay_task(task: dict[str, Any]) -> tuple[str, sharereplay.TeamRun, float, 
         def quota_of(now: datetime) -> dict[str, tuple[QuotaScope, ...]]:
             return quotas_at(policy, now)
 
+    elastic = elastic_policy = None
+    if task.get("elastic"):  # the elastic section in force at each pass, re-cuts made
+        path = task["elastic"]
+        elastic = _util().elastic_of(path)
+        elastic_policy = load_policy(path).elastic_in_force
     run = sharereplay.replay(
         task["key"],
         jobs,
@@ -328,6 +378,9 @@ def replay_task(task: dict[str, Any]) -> tuple[str, sharereplay.TeamRun, float, 
         until=DAY,
         pass_interval=task["pass_interval"],
         grace_s=task["grace"],
+        elastic=elastic,
+        elastic_policy=elastic_policy,
+        recut_cost=task["recut_cost"],
     )
     return task["key"], run, time.perf_counter() - began, time.process_time() - cpu
 
@@ -358,6 +411,7 @@ def print_seed(seed: int, jobs: list[Job], rows: dict[str, dict[str, Any]]) -> N
     line("reclaims (victims)", [f"{rows[c]['reclaims']} ({rows[c]['victims']})" for c in COLUMNS])
     line("  most for one job", [str(rows[c]["most_reclaims_one_job"]) for c in COLUMNS])
     line("guarantee violations", [str(rows[c]["violations"]) for c in COLUMNS])
+    line("re-cuts", [str(rows[c]["recuts"]) for c in COLUMNS])
     for team in TEAMS:
         print(f"team {team}")
         t = {c: rows[c]["teams"][team] for c in COLUMNS}
@@ -379,31 +433,33 @@ def print_seed(seed: int, jobs: list[Job], rows: dict[str, dict[str, Any]]) -> N
         line("  queued at window end", [str(t[c]["queued_at_end"]) for c in COLUMNS])
 
 
-def targets(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The targets for one seed: (c) vs (a)."""
-    a, c = rows["a"], rows["c"]
+def targets(
+    rows: dict[str, dict[str, Any]], x: str = "c", y: str = "a"
+) -> dict[str, dict[str, Any]]:
+    """The targets for one seed: column x (the `c` values) vs column y (the `a` values)."""
+    a, c = rows[y], rows[x]
     out: dict[str, dict[str, Any]] = {}
     for team in TEAMS:
         ta, tc = a["teams"][team], c["teams"][team]
-        out[f"{team} p95 wait (c) <= (a)"] = {
+        out[f"{team} p95 wait ({x}) <= ({y})"] = {
             "met": tc["all_p95_wait_min"] <= ta["all_p95_wait_min"],
             "c": cell(tc["all_p95_wait_min"], tc["all_p95_censored"]),
             "a": cell(ta["all_p95_wait_min"], ta["all_p95_censored"]),
         }
-        out[f"{team} work done (c) >= (a)"] = {
+        out[f"{team} work done ({x}) >= ({y})"] = {
             "met": tc["work_gib_h"] >= ta["work_gib_h"],
             "c": f"{tc['work_gib_h']:.0f}",
             "a": f"{ta['work_gib_h']:.0f}",
         }
     ratio = c["utilization"] / a["utilization"]
-    out["pool utilization (c) >= 1.5x (a)"] = {
+    out[f"pool utilization ({x}) >= 1.5x ({y})"] = {
         "met": ratio >= 1.5,
         "c": f"{c['utilization']:.1%}",
         "a": f"{a['utilization']:.1%}",
         "ratio": round(ratio, 3),
     }
     out["reclaim honours guarantees (0 violations)"] = {
-        "met": all(rows[k]["violations"] == 0 for k in COLUMNS),
+        "met": all(rows[k]["violations"] == 0 for k in (x, y)),
         "c": str(c["violations"]),
         "a": str(a["violations"]),
     }
@@ -425,7 +481,15 @@ def main() -> None:
         help="the day the split and the policies are derived from",
     )
     parser.add_argument(
-        "--write-policies", action="store_true", help="write shares.yaml and windows.yaml"
+        "--recut-cost",
+        type=float,
+        default=sharereplay.RECUT_COST_S,
+        help="seconds a re-cut card is out of the pool (the +e columns)",
+    )
+    parser.add_argument(
+        "--write-policies",
+        action="store_true",
+        help="write shares.yaml, windows.yaml and windows-elastic.yaml",
     )
     parser.add_argument(
         "--workers", type=int, default=min(2, os.cpu_count() or 1), help="replay processes"
@@ -440,7 +504,12 @@ def main() -> None:
     if args.write_policies:
         SHARES.write_text(rules["shares_text"])
         WINDOWS.write_text(rules["windows_text"])
-    for path, key in ((SHARES, "shares_text"), (WINDOWS, "windows_text")):
+        WINDOWS_ELASTIC.write_text(rules["windows_elastic_text"])
+    for path, key in (
+        (SHARES, "shares_text"),
+        (WINDOWS, "windows_text"),
+        (WINDOWS_ELASTIC, "windows_elastic_text"),
+    ):
         if not path.exists() or path.read_text() != rules[key]:
             sys.exit(
                 f"{path.name} is not what the rules give for seed {args.calibration_seed}: "
@@ -454,7 +523,8 @@ def main() -> None:
             f"{site} {sum(m.values()) / 1024:.0f} GiB ({len(m)} hosts)" for site, m in hosts.items()
         )
         + f"; passes every {args.pass_interval:g} s, grace {args.grace:g} s, training "
-        f"checkpoints every {sharereplay.CHECKPOINT_S / 60:.0f} min; no elastic re-cuts"
+        f"checkpoints every {sharereplay.CHECKPOINT_S / 60:.0f} min; elastic re-cuts in a+e "
+        f"and c+e only (playbooks/pool.yaml's elastic section, {args.recut_cost:g} s a re-cut)"
     )
     print(f"split and policies from seed {args.calibration_seed} (calibration day):")
     for site in hosts:
@@ -475,21 +545,28 @@ def main() -> None:
 
     tasks: list[dict[str, Any]] = []
     base = {"pass_interval": args.pass_interval, "grace": args.grace}
+    base["recut_cost"] = args.recut_cost
     for seed in seeds:
-        for team in TEAMS:
-            mine = {h for site in hosts for h in split[site][team]}
-            tasks.append(
-                {
-                    **base,
-                    "key": f"{seed}/a/{team}",
-                    "seed": seed,
-                    "column": "a",
-                    "team": team,
-                    "owned": owned[team],
-                    "slices": [s for s in slices if s["host"] in mine],
-                }
-            )
-        for column, path in (("b", SHARES), ("c", WINDOWS)):
+        for column, elastic in (("a", None), ("a+e", POOL_POLICY)):
+            for team in TEAMS:
+                mine = {h for site in hosts for h in split[site][team]}
+                tasks.append(
+                    {
+                        **base,
+                        "key": f"{seed}/{column}/{team}",
+                        "seed": seed,
+                        "column": column,
+                        "team": team,
+                        "owned": owned[team],
+                        "slices": [s for s in slices if s["host"] in mine],
+                        "elastic": elastic,
+                    }
+                )
+        for column, path, elastic in (
+            ("b", SHARES, None),
+            ("c", WINDOWS, None),
+            ("c+e", WINDOWS_ELASTIC, WINDOWS_ELASTIC),
+        ):
             tasks.append(
                 {
                     **base,
@@ -498,9 +575,11 @@ def main() -> None:
                     "column": column,
                     "policy": path,
                     "slices": slices,
+                    "elastic": elastic,
                 }
             )
-    tasks.sort(key=lambda t: t["column"] == "a")  # the long replays first
+    first = {"c+e": 0, "b": 1, "c": 1, "a+e": 2, "a": 3}
+    tasks.sort(key=lambda t: first[t["column"]])  # the long replays first
     runs: dict[str, sharereplay.TeamRun] = {}
     walls: dict[str, float] = {}
     cpus: dict[str, float] = {}
@@ -518,6 +597,8 @@ def main() -> None:
         "b": nominal_memory_time(load_policy(SHARES)),
         "c": nominal_memory_time(load_policy(WINDOWS)),
     }
+    nominal["a+e"] = nominal["a"]
+    nominal["c+e"] = nominal_memory_time(load_policy(WINDOWS_ELASTIC))
     report: dict[str, Any] = {
         "layout": LAYOUT,
         "calibration_seed": args.calibration_seed,
@@ -527,6 +608,7 @@ def main() -> None:
         "demand_mib_s": rules["demand"],
         "pass_interval_s": args.pass_interval,
         "grace_s": args.grace,
+        "recut_cost_s": args.recut_cost,
         "checkpoint_s": sharereplay.CHECKPOINT_S,
         "seeds": {},
     }
@@ -534,9 +616,10 @@ def main() -> None:
     for seed in seeds:
         jobs = make_contended_trace(seed, POOL_MEMORY_MIB)
         merged = {
-            "a": sharereplay.merge("a", [runs[f"{seed}/a/{t}"] for t in TEAMS]),
-            "b": runs[f"{seed}/b"],
-            "c": runs[f"{seed}/c"],
+            c: sharereplay.merge(c, [runs[f"{seed}/{c}/{t}"] for t in TEAMS])
+            if c in ("a", "a+e")
+            else runs[f"{seed}/{c}"]
+            for c in COLUMNS
         }
         rows = {
             c: sharereplay.team_metrics(
@@ -548,20 +631,33 @@ def main() -> None:
         own = derive(slices, seed)["split"] if seed != args.calibration_seed else split
         if own != split:
             print(f"(the split rule on seed {seed}'s own trace would give {own})")
-        found = targets(rows)
-        for name, value in found.items():
-            verdicts.setdefault(name, []).append(value)
+        found = {f"{x} / {y}": targets(rows, x, y) for x, y in COMPARISONS}
+        for pair, values in found.items():
+            for name, value in values.items():
+                verdicts.setdefault(pair, {}).setdefault(name, []).append(value)
         report["seeds"][str(seed)] = {"rows": rows, "targets": found, "own_split": own}
-    print("\ntargets (c: shares with windows, vs a: the static split), per seed:")
-    for name, values in verdicts.items():
-        word = "met" if all(v["met"] for v in values) else "NOT met"
-        cells = "; ".join(
-            f"{seed}: c {v['c']} vs a {v['a']}" + (f" ({v['ratio']:.2f}x)" if "ratio" in v else "")
-            for seed, v in zip(seeds, values, strict=True)
-        )
-        print(f"  {name}: {word} ({sum(v['met'] for v in values)}/{len(values)} seeds) - {cells}")
+    titles = {
+        "c / a": "c: shares with windows, vs a: the static split (the issue's comparison)",
+        "c+e / a": "c+e: windows + elastic re-cuts, vs a: the static split",
+        "c+e / a+e": "c+e: windows + elastic re-cuts, vs a+e: the static split + re-cuts",
+    }
+    for pair, by_name in verdicts.items():
+        x, y = pair.split(" / ")
+        print(f"\ntargets ({titles[pair]}), per seed:")
+        for name, values in by_name.items():
+            word = "met" if all(v["met"] for v in values) else "NOT met"
+            cells = "; ".join(
+                f"{seed}: {x} {v['c']} vs {y} {v['a']}"
+                + (f" ({v['ratio']:.2f}x)" if "ratio" in v else "")
+                for seed, v in zip(seeds, values, strict=True)
+            )
+            met = sum(v["met"] for v in values)
+            print(f"  {name}: {word} ({met}/{len(values)} seeds) - {cells}")
     wall = time.perf_counter() - began
-    report["targets"] = {name: all(v["met"] for v in values) for name, values in verdicts.items()}
+    report["targets"] = {
+        pair: {name: all(v["met"] for v in values) for name, values in by_name.items()}
+        for pair, by_name in verdicts.items()
+    }
     report["wall_s"] = wall
     report["replay_wall_s"] = walls
     report["replay_cpu_s"] = cpus

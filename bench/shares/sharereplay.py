@@ -27,6 +27,18 @@ Reclaim honours guarantees: at every reclaim the replay recomputes, from its own
 who holds what (not from the scheduler's Usage), each victim team's GPU memory per scope of
 its quota in force once the victims are gone, and counts a violation wherever that is
 below the scope's nominal (`guarantee_violations`; must stay 0).
+
+Elastic re-cuts (`elastic=`, the `+e` columns): every pass gets
+schedule_pass(..., elastic=ElasticInputs) with the elastic section in force at the pass's
+time (`elastic_policy(clock)`, PoolPolicy.elastic_in_force: a window's override applies),
+and the re-cuts it returns (PassResult.recuts) are made exactly as bench/utilization's
+replay makes them (its recut_old / finish_recut): every slice of the card must be free, the
+old slices are removed, the card is out of the pool for `recut_cost` seconds, then its new
+slices are added (at the first pass at or after that) and the PoolView is rebuilt with the
+current holds. `changed` keeps when each card last changed (a hold began or ended, a
+re-cut), for min-idle. The queue is not trimmed then (trimming is exact only without
+re-cuts: plan_recuts packs a card for the whole waiting queue), as bench/utilization's
+elastic column.
 """
 
 from __future__ import annotations
@@ -41,7 +53,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from jobtrace import Job  # type: ignore[import-not-found]  # bench/utilization/jobtrace.py
-from replay import T0, _shape, trimmed  # type: ignore[import-not-found]  # bench/utilization
+from replay import (  # type: ignore[import-not-found]  # bench/utilization
+    RECUT_COST_S,
+    T0,
+    Recut,
+    _shape,
+    finish_recut,
+    gpu_key,
+    recut_old,
+    trimmed,
+)
 from window import overlap, percentile  # type: ignore[import-not-found]  # bench/utilization
 
 from gpupoolctl.ledger.state import decayed
@@ -91,6 +112,8 @@ class TeamRun:
     violations: list[dict[str, Any]] = field(default_factory=list)
     passes: int = 0
     pass_s: float = 0.0
+    recuts: list[tuple[float, str]] = field(default_factory=list)  # (time decided, GPU key)
+    rebuilds: int = 0  # PoolViews built because the slice set changed
 
 
 def requeued_remaining(job: Job, ran: float, remaining: float) -> tuple[float, float]:
@@ -152,10 +175,24 @@ def replay(
     grace_s: float = GRACE_S,
     trim: bool = True,
     policy: str = "best-fit",
+    elastic: Callable[[dict[str, dict[str, Any]], dict[str, datetime]], Any] | None = None,
+    elastic_policy: Callable[[datetime], Any] | None = None,
+    recut_cost: float = RECUT_COST_S,
 ) -> TeamRun:
-    """Replay `jobs` (each of team request_of(job).team) on `slices`; see the module doc."""
+    """Replay `jobs` (each of team request_of(job).team) on `slices`; see the module doc.
+
+    `elastic`: the elastic inputs from the slices now and when each card last changed
+    (bench/utilization's replay.ElasticOf, e.g. its run.elastic_of(policy file));
+    `elastic_policy`: the elastic section in force at a time (PoolPolicy.elastic_in_force),
+    put into the inputs of every pass. The queue is then never trimmed."""
+    current: dict[str, dict[str, Any]] = {s["id"]: s for s in slices}
     view = PoolView(slices)
-    by_slice = {s["id"]: s for s in slices}
+    by_slice = current  # every slice held now is in the pool now (re-cut cards are idle)
+    trim = trim and elastic is None
+    pending: list[tuple[float, int, Recut]] = []  # (ready, order, re-cut) mid-cost
+    recutting: dict[str, float] = {}  # GPU key -> when its new slices appear
+    changed: dict[str, datetime] = {}  # GPU key -> when a hold began or ended, or a re-cut
+    inputs: Any = None  # the elastic inputs; rebuilt when the slice set changes
     run = TeamRun(name, total_mib)
     by_id = {j.id: j for j in jobs}
     arrivals = sorted(jobs, key=lambda j: (j.arrival, j.id))
@@ -222,11 +259,24 @@ def replay(
                 out[team] = out.get(team, 0.0) + last.held_mib / 1024 * max(0.0, now - last.start)
         return out
 
+    def touch(slice_ids: Sequence[str], at: float) -> None:
+        moment = T0 + timedelta(seconds=at)
+        for sid in slice_ids:
+            entry = current.get(sid)
+            if entry is not None:
+                changed[gpu_key(entry)] = moment
+
+    def rebuild() -> None:
+        nonlocal view, inputs
+        view = PoolView(list(current.values()), list(view.holds.values()))
+        run.rebuilds += 1
+        inputs = None
+
     def end_try(job_id: str, at: float, stopped: bool, requeue: bool = True) -> None:
         job = by_id[job_id]
         last = run.tries[job_id][-1]
         team, _ids = holding.pop(job_id)
-        view.unhold(entry_key[job_id])
+        touch(view.unhold(entry_key[job_id]).slices, at)
         del entry_key[job_id]
         count_usage(team, last.held_mib, last.start, at)
         stopping.pop(job_id, None)
@@ -243,14 +293,18 @@ def replay(
 
     entry_key: dict[str, str] = {}  # job -> the alloc id of its hold on the view
 
-    while index < len(arrivals) or events or queue:
+    while index < len(arrivals) or events or queue or pending:
         times = []
         if index < len(arrivals):
             times.append(arrivals[index].arrival)
         if events:
             times.append(events[0][0])
-        if queue and times:
-            times.append(tick * pass_interval)  # cron runs the pass while work waits
+        if pending:
+            times.append(pending[0][0])
+        if queue and (times or (elastic is not None and until is not None)):
+            # cron runs the pass while work waits (with re-cuts, work may wait for one: its
+            # batch window, a card's min-idle; the window's end stops the replay)
+            times.append(tick * pass_interval)
         if not times:  # queued work that can never start
             run.refused.extend(entry_of_job_id(queue))
             break
@@ -267,6 +321,11 @@ def replay(
             if kind == "free" and job_id not in stopping:
                 continue
             end_try(job_id, at, stopped=(kind == "free"))
+        if pending and pending[0][0] <= now:
+            while pending and pending[0][0] <= now:  # re-cuts whose cost has elapsed
+                _, _, recut = heapq.heappop(pending)
+                touch(finish_recut(recut, current, recutting), now)
+            rebuild()
         while index < len(arrivals) and arrivals[index].arrival <= now:
             enqueue(arrivals[index], arrivals[index].arrival)
             index += 1
@@ -276,8 +335,20 @@ def replay(
         began = time.perf_counter()
         entries = trimmed(queue, view, keys, shapes) if trim else list(queue.values())
         no_preempt = frozenset(stopping.values())
+        if elastic is not None and inputs is None:
+            inputs = elastic(current, changed)
+        if inputs is not None:
+            force = elastic_policy(clock) if elastic_policy is not None else inputs.policy
+            inputs = replace(inputs, policy=force, changed=changed)
         result = schedule_pass(
-            entries, view, clock, policy, preempt=True, no_preempt=no_preempt, shares=shares
+            entries,
+            view,
+            clock,
+            policy,
+            preempt=True,
+            no_preempt=no_preempt,
+            shares=shares,
+            elastic=inputs,
         )
         run.pass_s += time.perf_counter() - began
         run.passes += 1
@@ -297,6 +368,7 @@ def replay(
                 Try(now, now + remaining[job_id], held, tuple(placement.slices))
             )
             push(now + remaining[job_id], "end", job_id)
+            touch(placement.slices, now)
         never = {shapes[keys[entry.id]] for entry, _ in result.never}
         for entry_id in [i for i in queue if never and shapes[keys[i]] in never]:
             run.refused.append(str(queue[entry_id].job))
@@ -315,6 +387,17 @@ def replay(
             for victim in fresh:
                 stopping[victim] = entry.id
                 push(now + grace_s, "free", victim)
+        decided = [Recut(r.card.key, r.slices(), tuple(r.card.slices)) for r in result.recuts]
+        for recut in decided:  # as bench/utilization's replay makes them
+            old = recut_old(recut, current, view, recutting)
+            touch(old, now)
+            for sid in old:
+                del current[sid]
+            recutting[recut.gpu] = now + recut_cost
+            heapq.heappush(pending, (now + recut_cost, len(run.recuts), recut))
+            run.recuts.append((now, recut.gpu))
+        if decided:
+            rebuild()
     if until is not None:
         run.waiting.extend(entry_of_job_id(queue))
         # What happens by the end of the window without another pass: completions and
@@ -353,6 +436,8 @@ def merge(name: str, runs: Sequence[TeamRun]) -> TeamRun:
         out.violations += run.violations
         out.passes += run.passes
         out.pass_s += run.pass_s
+        out.recuts += run.recuts
+        out.rebuilds += run.rebuilds
     return out
 
 
@@ -452,4 +537,5 @@ def team_metrics(
         ),
         "passes": run.passes,
         "pass_s": run.pass_s,
+        "recuts": len(run.recuts),
     }

@@ -138,6 +138,37 @@ def trimmed(
     return kept
 
 
+def recut_old(
+    recut: Recut, current: dict[str, dict[str, Any]], view: PoolView, recutting: dict[str, float]
+) -> list[str]:
+    """The slice ids a re-cut removes, checked: the GPU is not being re-cut already, every
+    one of its slices is free, its new slices are on it. The caller removes them from
+    `current`, keeps the GPU out for the re-cut's cost, then calls finish_recut."""
+    assert recut.gpu not in recutting, f"re-cut {recut.gpu}: already being re-cut"
+    old = (
+        list(recut.old)
+        if recut.old is not None
+        else [sid for sid, s in current.items() if gpu_key(s) == recut.gpu]
+    )
+    busy = [sid for sid in old if not view.is_free(sid)]
+    assert not busy, f"re-cut {recut.gpu}: slices held: {busy}"
+    assert recut.old is not None or all(gpu_key(s) == recut.gpu for s in recut.slices), (
+        f"re-cut {recut.gpu}: a new slice is on another GPU"
+    )
+    return old
+
+
+def finish_recut(
+    recut: Recut, current: dict[str, dict[str, Any]], recutting: dict[str, float]
+) -> list[str]:
+    """A re-cut whose cost has elapsed: its new slices join `current` (ids: returned)."""
+    del recutting[recut.gpu]
+    for entry in recut.slices:
+        assert entry["id"] not in current, f"re-cut {recut.gpu}: {entry['id']} exists"
+        current[entry["id"]] = entry
+    return [e["id"] for e in recut.slices]
+
+
 def replay(
     name: str,
     jobs: list[Job],
@@ -215,11 +246,7 @@ def replay(
         changed_set = False
         while pending and pending[0][0] <= now:
             _, _, recut = heapq.heappop(pending)
-            del recutting[recut.gpu]
-            for entry in recut.slices:
-                assert entry["id"] not in current, f"re-cut {recut.gpu}: {entry['id']} exists"
-                current[entry["id"]] = entry
-            touch([e["id"] for e in recut.slices], now)
+            touch(finish_recut(recut, current, recutting), now)
             changed_set = True
         if changed_set:
             rebuild()
@@ -270,17 +297,7 @@ def replay(
             )
             decided += list(hook(context))
         for recut in decided:
-            assert recut.gpu not in recutting, f"re-cut {recut.gpu}: already being re-cut"
-            old = (
-                list(recut.old)
-                if recut.old is not None
-                else [sid for sid, s in current.items() if gpu_key(s) == recut.gpu]
-            )
-            busy = [sid for sid in old if not view.is_free(sid)]
-            assert not busy, f"re-cut {recut.gpu}: slices held: {busy}"
-            assert recut.old is not None or all(gpu_key(s) == recut.gpu for s in recut.slices), (
-                f"re-cut {recut.gpu}: a new slice is on another GPU"
-            )
+            old = recut_old(recut, current, view, recutting)
             touch(old, now)
             for sid in old:
                 del current[sid]

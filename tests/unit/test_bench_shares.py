@@ -285,3 +285,55 @@ def test_policy_files_cover_every_hour_and_keep_the_site_memory(bench: Any) -> N
     assert names == {"singapore-day", "dubai-night"}
     names = {w.name for w in windows.active_windows(T0 + timedelta(hours=13))}
     assert names == {"singapore-night", "dubai-day"}
+
+
+def test_elastic_recut_in_the_share_replay() -> None:
+    """The `+e` columns: an idle whole card is re-cut for a team's small waiting jobs (the
+    scheduler decides, the replay makes it as bench/utilization's does: the card is out for
+    the re-cut's cost, then its new slices join the pool), the jobs run on the new slices,
+    and no slice is ever held twice."""
+    from gpupoolctl.policy import parse_policy
+    from gpupoolctl.sched.cards import cards_of
+    from gpupoolctl.sched.elastic import ElasticInputs, glob_hosts
+
+    policy = parse_policy(
+        "version: 1\n"
+        "elastic:\n"
+        "  rules:\n"
+        "    - hosts: h\n"
+        "      vendor: nvidia\n"
+        "      profiles: [1g.10gb, 2g.20gb, 3g.40gb, 7g.80gb]\n"
+        "      keep-whole: 1\n",
+        "pool.yaml",
+    )
+
+    def elastic(slices: dict[str, dict[str, Any]], changed: dict[str, Any]) -> Any:
+        return ElasticInputs(policy.elastic, cards_of(slices.values()), glob_hosts, changed)
+
+    slices = [_card("h", 0), _card("h", 1)]
+    jobs = [_job(f"i{n}", "inference", 0, HOUR, 8, 50) for n in range(4)]
+    run = sharereplay.replay(
+        "t",
+        jobs,
+        slices,
+        160 * GIB,
+        _request,
+        _even(160),
+        until=24 * HOUR,
+        elastic=elastic,
+        elastic_policy=policy.elastic_in_force,
+    )
+    # Both whole cards are hidden from the 8 GiB jobs (a 10 GB slice serves them; cutting
+    # either leaves the one whole card keep-whole asks for): nothing starts at 0 s; once
+    # they waited the batch window (30 s) the next pass re-cuts the first card for them.
+    assert run.recuts == [(60.0, "h/gpu0")]
+    for job in jobs:
+        (attempt,) = run.tries[job.id]
+        assert attempt.start == 120.0  # the first pass after the 10 s re-cut cost
+        (sid,) = attempt.slices
+        assert sid.startswith("h/gpu0/")  # a slice of the card's new layout
+        assert attempt.held_mib < 80 * GIB
+    held = [s for t in run.tries.values() for a in t for s in a.slices]
+    assert len(held) == len(set(held))  # all at once here: no slice held twice
+    assert all(run.finished[j.id] <= 2 * HOUR for j in jobs)
+    assert run.violations == [] and run.reclaims == []
