@@ -117,7 +117,7 @@ def schedule_pass(
     result = PassResult()
     # The pass only ever takes slices, so a request that did not fit cannot fit later in the
     # same pass: identical requests (priority aside) reuse the answer.
-    failed: dict[tuple[tuple[Any, ...], str], NoFit] = {}
+    failed: dict[tuple[Any, ...], NoFit] = {}  # (request shape, policy, team) -> answer
     reserved: list[str] = []
     mine: set[str] = set()  # holds placed by this pass: never preemption victims
     backing_off: set[str] = set()  # restarts whose back-off has not passed: not re-cut for
