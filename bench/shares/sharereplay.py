@@ -32,7 +32,7 @@ Elastic re-cuts (`elastic=`, the `+e` columns): every pass gets
 schedule_pass(..., elastic=ElasticInputs) with the elastic section in force at the pass's
 time (`elastic_policy(clock)`, PoolPolicy.elastic_in_force: a window's override applies),
 and the re-cuts it returns (PassResult.recuts) are made exactly as bench/utilization's
-replay makes them (its recut_old / finish_recut): every slice of the card must be free, the
+replay makes them (its begin_recut / finish_recut): every slice of the card must be free, the
 old slices are removed, the card is out of the pool for `recut_cost` seconds, then its new
 slices are added (at the first pass at or after that) and the PoolView is rebuilt with the
 current holds. `changed` keeps when each card last changed (a hold began or ended, a
@@ -58,9 +58,9 @@ from replay import (  # type: ignore[import-not-found]  # bench/utilization
     T0,
     Recut,
     _shape,
+    begin_recut,
     finish_recut,
     gpu_key,
-    recut_old,
     trimmed,
 )
 from window import overlap, percentile  # type: ignore[import-not-found]  # bench/utilization
@@ -389,13 +389,9 @@ def replay(
                 push(now + grace_s, "free", victim)
         decided = [Recut(r.card.key, r.slices(), tuple(r.card.slices)) for r in result.recuts]
         for recut in decided:  # as bench/utilization's replay makes them
-            old = recut_old(recut, current, view, recutting)
-            touch(old, now)
-            for sid in old:
-                del current[sid]
-            recutting[recut.gpu] = now + recut_cost
-            heapq.heappush(pending, (now + recut_cost, len(run.recuts), recut))
-            run.recuts.append((now, recut.gpu))
+            begin_recut(
+                recut, current, view, recutting, pending, run.recuts, now, recut_cost, touch
+            )
         if decided:
             rebuild()
     if until is not None:

@@ -158,6 +158,29 @@ def recut_old(
     return old
 
 
+def begin_recut(
+    recut: Recut,
+    current: dict[str, dict[str, Any]],
+    view: PoolView,
+    recutting: dict[str, float],
+    pending: list[tuple[float, int, Recut]],
+    made: list[tuple[float, str]],
+    now: float,
+    cost: float,
+    touch: Callable[[Iterable[str], float], None],
+) -> None:
+    """Start a re-cut: its old slices are touched (their card changed now) and leave
+    `current`, its GPU is out of the pool until now + cost (an event in `pending`), and it
+    is counted in `made`."""
+    old = recut_old(recut, current, view, recutting)
+    touch(old, now)  # before they leave `current`: touch finds their card there
+    for sid in old:
+        del current[sid]
+    recutting[recut.gpu] = now + cost
+    heapq.heappush(pending, (now + cost, len(made), recut))
+    made.append((now, recut.gpu))
+
+
 def finish_recut(
     recut: Recut, current: dict[str, dict[str, Any]], recutting: dict[str, float]
 ) -> list[str]:
@@ -297,13 +320,9 @@ def replay(
             )
             decided += list(hook(context))
         for recut in decided:
-            old = recut_old(recut, current, view, recutting)
-            touch(old, now)
-            for sid in old:
-                del current[sid]
-            recutting[recut.gpu] = now + recut_cost
-            heapq.heappush(pending, (now + recut_cost, len(run.recuts), recut))
-            run.recuts.append((now, recut.gpu))
+            begin_recut(
+                recut, current, view, recutting, pending, run.recuts, now, recut_cost, touch
+            )
         if decided:
             rebuild()
             inputs = None

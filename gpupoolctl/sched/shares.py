@@ -84,6 +84,14 @@ def add(total: dict[str, int], amounts: Mapping[str, int], sign: int = 1) -> Non
         total[resource] = total.get(resource, 0) + sign * amount
 
 
+def amounts(entries: Iterable[Mapping[str, Any]], scope: QuotaScope) -> dict[str, int]:
+    """What slices count for together in `scope` (slice_amounts summed)."""
+    total: dict[str, int] = {}
+    for entry in entries:
+        add(total, slice_amounts(entry, scope))
+    return total
+
+
 def amount_text(resource: str, amount: int) -> str:
     """'160 GiB' of GPU memory, '2 cards', '3 1g.10gb'."""
     if resource == GPU_MEMORY:
@@ -177,9 +185,7 @@ def _over_limit(team: str, entries: Sequence[Mapping[str, Any]], usage: Usage) -
     None when it would not."""
     held = usage.of(team)
     for index, scope in enumerate(usage.scopes(team)):
-        taking: dict[str, int] = {}
-        for entry in entries:
-            add(taking, slice_amounts(entry, scope))
+        taking = amounts(entries, scope)
         for resource, amount in taking.items():
             limit = scope.limit(resource)
             used = held[index].get(resource, 0)
@@ -217,9 +223,7 @@ def _blocked(team: str, request: JobRequest, pool: PoolView, usage: Usage) -> st
 def borrows(team: str, entries: Sequence[Mapping[str, Any]], usage: Usage) -> bool:
     """Whether taking `entries` takes the team above its nominal anywhere."""
     for index, scope in enumerate(usage.scopes(team)):
-        taking: dict[str, int] = {}
-        for entry in entries:
-            add(taking, slice_amounts(entry, scope))
+        taking = amounts(entries, scope)
         for resource, amount in taking.items():
             nominal = scope.nominal.get(resource)
             if (
@@ -299,9 +303,7 @@ def within_nominal(team: str, entries: Sequence[Mapping[str, Any]], usage: Usage
     if not scopes:
         return False
     for index, scope in enumerate(scopes):
-        taking: dict[str, int] = {}
-        for entry in entries:
-            add(taking, slice_amounts(entry, scope))
+        taking = amounts(entries, scope)
         for resource, amount in taking.items():
             if amount and usage.of(team)[index].get(resource, 0) + amount > scope.nominal.get(
                 resource, 0
@@ -347,17 +349,15 @@ def reclaimable(
             takes = []
             fits = True
             for index, scope in enumerate(usage.scopes(other)):
-                amounts: dict[str, int] = {}
-                for entry in entries:
-                    add(amounts, slice_amounts(entry, scope))
-                for resource, amount in amounts.items():
+                counted = amounts(entries, scope)
+                for resource, amount in counted.items():
                     if resource in room[index] and amount > room[index][resource]:
                         fits = False
-                takes.append(amounts)
+                takes.append(counted)
             if not fits:
                 continue
-            for index, amounts in enumerate(takes):
-                for resource, amount in amounts.items():
+            for index, counted in enumerate(takes):
+                for resource, amount in counted.items():
                     if resource in room[index]:
                         room[index][resource] -= amount
             chosen.append(holder)
