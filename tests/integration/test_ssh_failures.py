@@ -74,7 +74,9 @@ def test_hung_command_times_out_within_bound(
     sleeper = tmp_path / "python-that-hangs"
     sleeper.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 60\n")
     sleeper.chmod(0o755)
-    bound = Timeouts(connect=5, auth=5, command=1.0)
+    # The bound leaves the answering host room on a loaded 2-core machine (a ping there has
+    # taken over 1 s), while staying far below the sleeper's 60 s.
+    bound = Timeouts(connect=5, auth=5, command=3.0)
     started = time.monotonic()
     try:
         results = run_agent(
@@ -89,10 +91,10 @@ def test_hung_command_times_out_within_bound(
     wall = time.monotonic() - started
     hung, fine = results
     assert hung.outcome == TIMED_OUT
-    assert hung.error == "command did not finish within 1s"
-    assert 1.0 <= hung.elapsed < 3.0
+    assert hung.error == "command did not finish within 3s"
+    assert 3.0 <= hung.elapsed < 5.0
     assert fine.outcome == "ok", fine.error
-    assert wall < 3.5
+    assert wall < 5.5
 
 
 def test_a_node_that_answers_without_end_is_cut_off(
