@@ -1,10 +1,23 @@
-"""Agent entry point: read one JSON request, answer one JSON envelope on stdout."""
+"""Agent entry point: read one JSON request, answer one JSON envelope on stdout; or, in
+serve mode, answer a stream of requests, one JSON line each, until EOF.
+
+Serve mode (for long-running callers: one agent process per host, not one per request):
+    agent -> {"serve": 1, "v": 1, "pid": <pid>}          once, when ready for requests
+    ws    -> {"id": <int>, "request": {...request...}}    one line per request
+    agent -> {"id": <int>, "answer": {...envelope...}}    one line per answer, in order
+A line that is not a request frame is answered with "id": null (or its id) and a
+BadRequest envelope; one longer than MAX_REQUEST_BYTES is skipped and answered
+RequestTooLarge; an answer longer than MAX_ANSWER_BYTES is replaced by an AnswerTooLarge
+envelope. EOF on stdin (the workstation closed the session) ends the agent with 0.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
-from typing import Any
+from typing import IO, Any
 
 from gpupoolctl.agent import protocol
 from gpupoolctl.agent.drivers import sim as sim_driver
@@ -73,6 +86,122 @@ def main(raw: str | None = None) -> int:
     sys.stdout.write("\n")
     sys.stdout.flush()
     return 0
+
+
+SERVE_READY = "serve"
+# A request is kilobytes (a partition plan, a launch's argv and env); an answer too (a logs
+# chunk is at most 64 KiB). The bounds only stop a runaway from filling memory, and the
+# answer's is below what the workstation reads, so an oversize answer arrives as an error.
+MAX_REQUEST_BYTES = 8 << 20
+MAX_ANSWER_BYTES = 32 << 20
+_SKIP_CHUNK = 1 << 16
+
+
+def serve(
+    reader: IO[bytes],
+    writer: IO[bytes],
+    *,
+    max_request: int = MAX_REQUEST_BYTES,
+    max_answer: int = MAX_ANSWER_BYTES,
+) -> int:
+    """Answer request frames from `reader` on `writer` until EOF. Returns the exit status."""
+    ready = {SERVE_READY: 1, "v": protocol.PROTOCOL_VERSION, "pid": os.getpid()}
+    if not _send(writer, ready):
+        return 0
+    while True:
+        line = reader.readline(max_request + 1)
+        if not line:
+            return 0
+        if not line.endswith(b"\n"):
+            if len(line) <= max_request:
+                return 0  # a partial last line: the workstation went away mid-write
+            _skip_line(reader)
+            answer = protocol.failure(
+                "RequestTooLarge", f"request line longer than {max_request} bytes, skipped"
+            )
+            if not _answer(writer, None, answer, max_answer):
+                return 0
+            continue
+        if not line.strip():
+            continue
+        request_id, answer = _answer_line(line)
+        if not _answer(writer, request_id, answer, max_answer):
+            return 0
+
+
+def _answer_line(line: bytes) -> tuple[Any, dict[str, Any]]:
+    try:
+        frame = json.loads(line)
+    except ValueError as exc:
+        return None, protocol.failure("BadRequest", f"request line is not JSON: {exc}")
+    if not isinstance(frame, dict):
+        return None, protocol.failure("BadRequest", "request line must be a JSON object")
+    request_id = frame.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, int):
+        return None, protocol.failure("BadRequest", "request line has no integer 'id'")
+    if "request" not in frame:
+        return request_id, protocol.failure("BadRequest", "request line has no 'request'")
+    return request_id, handle(frame["request"])
+
+
+def _skip_line(reader: IO[bytes]) -> None:
+    """Read and drop the rest of an oversize line, a chunk at a time (bounded memory)."""
+    while True:
+        chunk = reader.readline(_SKIP_CHUNK)
+        if not chunk or chunk.endswith(b"\n"):
+            return
+
+
+def _answer(writer: IO[bytes], request_id: Any, answer: dict[str, Any], most: int) -> bool:
+    data = _encode({"id": request_id, "answer": answer})
+    if len(data) > most:
+        too_large = protocol.failure(
+            "AnswerTooLarge", f"the answer was {len(data)} bytes, more than the {most} allowed"
+        )
+        data = _encode({"id": request_id, "answer": too_large})
+    return _write(writer, data)
+
+
+def _send(writer: IO[bytes], value: dict[str, Any]) -> bool:
+    return _write(writer, _encode(value))
+
+
+def _encode(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def _write(writer: IO[bytes], data: bytes) -> bool:
+    """False when the workstation is gone (its end of the pipe or channel closed)."""
+    try:
+        writer.write(data)
+        writer.flush()
+    except (BrokenPipeError, ConnectionResetError, ValueError):
+        return False
+    return True
+
+
+def serve_stdio(stdin: IO[bytes]) -> int:
+    """Serve mode on the process's own stdin/stdout (the bootstrap's `serve` header).
+
+    The frames get private copies of both descriptors; fd 0 becomes /dev/null and fd 1 goes
+    to stderr, so a vendor library or a child process that reads stdin or prints cannot eat
+    a request or break a frame. The workstation waits for the ready line before it sends a
+    request, so nothing is left in the bootstrap's read buffer."""
+    in_fd = os.dup(stdin.fileno())
+    out_fd = os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    reader = os.fdopen(in_fd, "rb")
+    writer = os.fdopen(out_fd, "wb")
+    try:
+        return serve(reader, writer)
+    finally:
+        for stream in (reader, writer):
+            with contextlib.suppress(OSError):  # the workstation's end is gone
+                stream.close()
 
 
 if __name__ == "__main__":

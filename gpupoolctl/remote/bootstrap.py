@@ -2,6 +2,10 @@
 
 stdin carries, in one stream (no extra round trip):
     b"GPUPOOL1 <zip length> <zip sha256>\\n" + zip bytes + JSON request (to EOF)
+or, for a long-running session (gpupoolctl.remote.session), a header with a fourth word:
+    b"GPUPOOL1 <zip length> <zip sha256> serve\\n" + zip bytes, then request lines
+(the agent's serve mode, gpupoolctl.agent.main.serve: it says when it is ready, answers each
+line, and ends at EOF).
 
 The bootstrap checks the hash and unpacks the agent once per hash into a per-user cache
 (`$XDG_CACHE_HOME/gpupoolctl/agent-<sha256>/` or under `~/.cache`, else
@@ -44,7 +48,7 @@ if sys.version_info < (3, 8):
 import hashlib, os, stat, tempfile
 i = sys.stdin.buffer
 h = i.readline().split()
-if len(h) != 3 or h[0] != b"GPUPOOL1":
+if len(h) not in (3, 4) or h[0] != b"GPUPOOL1" or h[3:] not in ([], [b"serve"]):
     _fail("bad header on stdin")
 n = int(h[1])
 d = h[2].decode("ascii")
@@ -53,7 +57,8 @@ if len(z) != n:
     _fail("payload truncated: %d of %d bytes" % (len(z), n))
 if hashlib.sha256(z).hexdigest() != d:
     _fail("payload hash mismatch")
-q = i.read().decode("utf-8")
+sv = len(h) == 4
+q = None if sv else i.read().decode("utf-8")
 def _store(b):
     os.makedirs(b, 0o700, exist_ok=True)
     s = os.lstat(b)
@@ -107,8 +112,8 @@ def _path():
     return _store(b)
 sys.path.insert(0, _path())
 sys.dont_write_bytecode = False
-from gpupoolctl.agent.main import main
-sys.exit(main(q))
+from gpupoolctl.agent.main import main, serve_stdio
+sys.exit(serve_stdio(i) if sv else main(q))
 """
 
 
@@ -127,6 +132,13 @@ def encode_stdin(payload: Payload, request: dict[str, Any]) -> bytes:
     header = f"{MAGIC} {payload.size} {payload.sha256}\n".encode("ascii")
     body = json.dumps(request, separators=(",", ":")).encode("utf-8")
     return header + payload.data + body
+
+
+def encode_serve_header(payload: Payload) -> bytes:
+    """What starts a serve-mode agent: the header with `serve`, then the zip. Request lines
+    follow only after the agent's ready line (none may sit in the bootstrap's read buffer)."""
+    header = f"{MAGIC} {payload.size} {payload.sha256} serve\n".encode("ascii")
+    return header + payload.data
 
 
 def missing_interpreter_message(python: str) -> str:

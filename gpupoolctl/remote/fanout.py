@@ -106,6 +106,20 @@ def run_agent_each(
     return [result for result in results if result is not None]
 
 
+def finish_result(target: Target, request: Mapping[str, Any], result: HostResult) -> HostResult:
+    """What every transport's answer gets before a caller sees it (one-shot or session)."""
+    if result.error_type == NODE_DOWN and target.sim is not None:
+        # A simulated node-down (gpupoolctl sim fault HOST node-down): the agent ran, so
+        # that `sim fault --clear` can reach it, but the host stands for one that does
+        # not answer. A real host never gets this outcome from an agent's answer.
+        result.outcome = UNREACHABLE
+    if result.ok and request.get("verb") == "facts" and isinstance(result.data, dict):
+        # The site is the inventory's word, not the node's: added here, where the
+        # facts of every command come back, so slices and placement know it.
+        result.data["site"] = target.site
+    return result
+
+
 def _run_one(
     target: Target,
     request: Mapping[str, Any],
@@ -128,16 +142,7 @@ def _run_one(
             raw = run_ssh(target, stdin_data, ctx)
             python = target.python
         result = classify_exec(target.name, python, raw, time.monotonic() - started)
-        if result.error_type == NODE_DOWN and target.sim is not None:
-            # A simulated node-down (gpupoolctl sim fault HOST node-down): the agent ran, so
-            # that `sim fault --clear` can reach it, but the host stands for one that does
-            # not answer. A real host never gets this outcome from an agent's answer.
-            result.outcome = UNREACHABLE
-        if result.ok and request.get("verb") == "facts" and isinstance(result.data, dict):
-            # The site is the inventory's word, not the node's: added here, where the
-            # facts of every command come back, so slices and placement know it.
-            result.data["site"] = target.site
-        return result
+        return finish_result(target, request, result)
     except HostFailure as failure:
         return HostResult(
             target.name,

@@ -134,6 +134,13 @@ def classify_exec(name: str, python: str, result: ExecResult, elapsed: float) ->
             error=f"agent gave no JSON answer (exit {result.exit_status}): "
             + stderr_excerpt(result.stderr),
         )
+    return classify_envelope(name, envelope, elapsed, stats)
+
+
+def classify_envelope(
+    name: str, envelope: dict[str, Any], elapsed: float, stats: dict[str, int]
+) -> HostResult:
+    """The agent's envelope -> ok, or failed with "<type>: <one line>"."""
     if envelope.get("ok") is True:
         return HostResult(name, OK, data=envelope.get("data"), elapsed=elapsed, stats=stats)
     error = envelope.get("error") or {}

@@ -6,6 +6,7 @@ import and most commands that touch no node should not pay for them.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
@@ -304,4 +305,55 @@ def run_ssh(target: Target, stdin_data: bytes, ctx: SshContext) -> ExecResult:
     finally:
         watchdog.cancel()
         for hop in chain:  # fabric's close() leaves gateways open
+            hop.close()
+
+
+def open_exec(target: Target, ctx: SshContext) -> tuple[list[fabric.Connection], paramiko.Channel]:
+    """Connect (host keys checked as for run_ssh) and start the bootstrap on one exec
+    channel, for a serve-mode session. Returns the connection chain (target first) and the
+    channel; per-host problems raise HostFailure, with everything closed."""
+    timeouts = ctx.timeouts
+    conn = _connection(target, ctx)
+    chain = _chain(conn)
+    expired = threading.Event()
+
+    def _expire() -> None:  # as in run_ssh: a phase that ignores its own timeout
+        expired.set()
+        for hop in chain:
+            hop.client.close()
+
+    hard_bound = (timeouts.connect + timeouts.auth) * len(chain) + 2
+    watchdog = threading.Timer(hard_bound, _expire)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        try:
+            _open(conn, timeouts)
+            channel = conn.transport.open_session(timeout=timeouts.auth)
+            channel.exec_command(remote_command(target.python))
+        except HostFailure:
+            if expired.is_set():
+                raise HostFailure(
+                    TIMED_OUT, f"no SSH session within {hard_bound:g}s", "Deadline"
+                ) from None
+            raise
+        except Exception as exc:
+            if expired.is_set():
+                raise HostFailure(
+                    TIMED_OUT, f"no SSH session within {hard_bound:g}s", "Deadline"
+                ) from None
+            raise HostFailure(
+                FAILED, f"SSH exec on {_where(conn)} failed: {exc}", "SSHError"
+            ) from exc
+    except BaseException:
+        close_chain(chain)
+        raise
+    finally:
+        watchdog.cancel()
+    return chain, channel
+
+
+def close_chain(chain: list[fabric.Connection]) -> None:
+    for hop in chain:  # fabric's close() leaves gateways open
+        with contextlib.suppress(Exception):  # a dead one must not mask why it died
             hop.close()

@@ -18,6 +18,9 @@ launch  args {"job_id", "argv": [str, ...], "env": {str: str}, "workdir": str | 
         With a time limit the wrapper sends `signal` to the job's process group signal_s
         seconds before it, SIGTERM at it and SIGKILL grace_s after (wall-clock, on the node).
         data {"pid", "pgid", "job_dir", "started", "visible": {VAR: value}}
+        Idempotent: the same request again under a job id it already launched answers that
+        job's data with "existing": true (a retry after a lost answer starts nothing); a
+        different request under a taken id, or a fenced id, is JobExists.
         The command is run without a shell (argv is data). The job is started detached: the
         agent forks, the child calls setsid and forks the wrapper, which runs the command in a
         process group of its own (stdin /dev/null, stdout/stderr to the folder), waits for it

@@ -170,11 +170,9 @@ def launch(
     try:
         os.mkdir(folder, 0o700)  # the claim: one launch per job id, ever, on this node
     except FileExistsError:
-        raise AgentError(
-            f"job {request['job_id']} already exists on this node (launched, or fenced by "
-            "a recovery pass)",
-            "JobExists",
-        ) from None
+        # The same request again (a retry after its answer was lost) gets the one job's
+        # launch answer; anything else under a taken id stays refused.
+        return _relaunch(request, visible, folder)
     created = time.time()
     paths.write_json(
         folder / "meta.json",
@@ -210,6 +208,49 @@ def launch(
         "started": report["started"],
         "visible": visible,
     }
+
+
+# How long a retried launch waits for the first one's job to start (its agent may still be
+# between the claim and the wrapper's pid.json); the wrapper reports in milliseconds.
+RELAUNCH_WAIT_S = 5.0
+
+
+def _relaunch(request: dict[str, Any], visible: dict[str, str], folder: Path) -> dict[str, Any]:
+    """A launch whose job id is taken: the existing job's answer when the folder was claimed
+    by this very request (same parsed args: argv, env, workdir, devices, limits), never by a
+    fence; else JobExists, as before."""
+    job_id = request["job_id"]
+    taken = AgentError(
+        f"job {job_id} already exists on this node (launched, or fenced by a recovery pass)",
+        "JobExists",
+    )
+    deadline = time.monotonic() + RELAUNCH_WAIT_S
+    while True:
+        if (folder / "fenced").exists():
+            raise taken
+        meta = paths.read_json(folder / "meta.json")
+        started = paths.read_json(folder / "pid.json")
+        ended = paths.read_json(folder / "exit.json")
+        if meta is not None and any(meta.get(k) != v for k, v in request.items()):
+            raise taken
+        if meta is not None and started is not None:
+            return {
+                "pid": started.get("pid"),
+                "pgid": started.get("pgid", started.get("pid")),
+                "job_dir": str(folder),
+                "started": started.get("started"),
+                "visible": meta.get("visible", visible),
+                "existing": True,
+            }
+        if meta is not None and ended is not None:  # it could not start: the same answer
+            raise AgentError(f"launch: {ended.get('error') or 'did not start'}", "LaunchFailed")
+        if time.monotonic() >= deadline:
+            raise AgentError(
+                f"job {job_id} already exists on this node, but its launch never started "
+                f"(no pid after {RELAUNCH_WAIT_S:g}s): an interrupted launch",
+                "JobExists",
+            )
+        time.sleep(0.02)
 
 
 EPHEMERAL_AGENT = "GPUPOOL_AGENT_EPHEMERAL"  # set by the bootstrap when it had no cache folder
