@@ -19,6 +19,8 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 from typer.main import get_group
 
+from gpupoolctl.cli.coerce import install
+
 
 @dataclass(frozen=True)
 class LazyCommand:
@@ -95,6 +97,7 @@ class LazyGroup(TyperGroup):
         self.commands: LazyCommands = LazyCommands(self)
         self.commands.update(eager)
         self._listing = False
+        install(self)  # the root's own options: plain values without pydantic
 
     def build(self, entry: LazyCommand) -> dict[str, Any]:
         """Import the entry's module and build its commands as the root's `add_typer` would."""
@@ -106,7 +109,7 @@ class LazyGroup(TyperGroup):
             register(app)
         else:
             app.add_typer(module.app, name=entry.name)
-        return dict(get_group(app).commands)
+        return {name: install(command) for name, command in get_group(app).commands.items()}
 
     def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
         if self._listing:
