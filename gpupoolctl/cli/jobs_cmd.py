@@ -24,6 +24,7 @@ from gpupoolctl.errors import ExitCode, GpupoolError, UsageError
 
 if TYPE_CHECKING:
     from gpupoolctl.jobs import Jobs
+    from gpupoolctl.jobs.nodes import Runner
 
 JOB_COLUMNS = (
     Column("id", "ID"),
@@ -85,7 +86,8 @@ def register(app: typer.Typer) -> None:
     app.command("schedule")(schedule)
 
 
-def _open(settings: Settings) -> Jobs:
+def _open(settings: Settings, run: Runner | None = None) -> Jobs:
+    """The jobs library for one command; `run` (a Runner) replaces its one-shot fan-out."""
     from gpupoolctl.cli import pool
     from gpupoolctl.cli.ledger_cmd import open_ledger
     from gpupoolctl.jobs import Jobs, Nodes
@@ -94,7 +96,7 @@ def _open(settings: Settings) -> Jobs:
     from gpupoolctl.policy.actor import is_pool_admin
 
     chosen = pool.job_hosts(settings)
-    nodes = Nodes(chosen.everyone, lambda requests: pool.fan_out_each(settings, requests))
+    nodes = Nodes(chosen.everyone, run or (lambda requests: pool.fan_out_each(settings, requests)))
     user = current_user()
     policy = resolve_policy(settings.pool_policy)
     return Jobs(
@@ -663,7 +665,10 @@ def schedule(
         _finish(settings, jobs)
         return
     interval = _interval(watch)
-    jobs = _open(settings)
+    from gpupoolctl.cli import pool
+
+    sessions = pool.open_sessions(settings)  # one agent per host for every pass
+    jobs = _open(settings, run=pool.session_runner(sessions))
     done = 0
     try:
         while True:
@@ -679,6 +684,8 @@ def schedule(
     except KeyboardInterrupt:
         notice(f"stopped after {done} pass(es)", quiet=settings.quiet)
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    finally:
+        sessions.close()
     if jobs.hosts_failed:
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
 

@@ -16,6 +16,7 @@ from gpupoolctl.remote.target import Target, target_from_vars
 if TYPE_CHECKING:
     from gpupoolctl.inventory import Host, Inventory
     from gpupoolctl.remote.results import HostResult
+    from gpupoolctl.remote.session import SessionPool
 
 
 DEFAULT_COMMAND_TIMEOUT = 120.0  # seconds of remote work per host, unless a command says more
@@ -175,3 +176,32 @@ def fan_out_each(
             accept_new=settings.accept_new_host_keys,
             on_progress=advance,
         )
+
+
+def open_sessions(
+    settings: Settings, *, default_timeout: float = DEFAULT_COMMAND_TIMEOUT
+) -> SessionPool:
+    """Agent sessions for a command that asks the same nodes many times (`schedule --watch`,
+    the stress ramp): one agent per host for the whole command. The caller closes it."""
+    from gpupoolctl.remote.session import SessionPool
+    from gpupoolctl.remote.timeouts import Timeouts
+
+    command_timeout = settings.command_timeout or default_timeout
+    return SessionPool(
+        timeouts=Timeouts(connect=settings.connect_timeout, command=command_timeout),
+        forks=settings.forks,
+        accept_new=settings.accept_new_host_keys,
+    )
+
+
+def session_runner(
+    sessions: SessionPool,
+) -> Callable[[list[tuple[Target, dict[str, Any]]]], list[HostResult]]:
+    """A jobs Runner over `sessions` (as fan_out_each, without the progress bar: a loop's
+    calls are small and many)."""
+
+    def run(requests: list[tuple[Target, dict[str, Any]]]) -> list[HostResult]:
+        check_local_state(requests)
+        return sessions.run(requests)
+
+    return run

@@ -87,11 +87,13 @@ def _pool_backend(settings: Settings, scenario: Scenario) -> Backend:
     from gpupoolctl.stress.pool_backend import PoolBackend
 
     chosen = pool.job_hosts(settings)
+    sessions = pool.open_sessions(settings)  # one agent per host for the whole ramp
 
     backend = PoolBackend(
         open_ledger=lambda: open_ledger(settings),
         targets=chosen.everyone,
-        run=lambda requests: pool.fan_out_each(settings, requests),
+        run=pool.session_runner(sessions),
+        close_run=sessions.close,
         owner=current_user(),
         hosts=chosen.placeable,
         make_spec=lambda work: job_spec(work, scenario.policy),
@@ -99,7 +101,11 @@ def _pool_backend(settings: Settings, scenario: Scenario) -> Backend:
         policy=resolve_policy(settings.pool_policy),
         in_hosts=chosen.in_hosts(),
     )
-    backend.prepare()
+    try:
+        backend.prepare()
+    except BaseException:
+        sessions.close()
+        raise
     return backend
 
 

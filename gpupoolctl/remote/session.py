@@ -73,6 +73,7 @@ class HostSession:
         self._stream: Stream | None = None
         self._next_id = 0
         self.agent_pid: int | None = None  # on the node; None while no agent runs
+        self.closed_streams: list[Stream] = []  # closes that may still run in the background
         self.opened = 0  # agents started so far (tests and stats)
 
     @property
@@ -121,6 +122,7 @@ class HostSession:
             raise HostFailure(result.outcome, result.error or "", result.error_type) from None
         self._stream = stream
         self.agent_pid = ready.get("pid") if isinstance(ready.get("pid"), int) else None
+        stream.agent_pid = self.agent_pid
         self.opened += 1
 
     def _start(self) -> Stream:
@@ -203,6 +205,9 @@ class HostSession:
         self.agent_pid = None
         if stream is not None:
             stream.close(graceful=graceful)
+            self.closed_streams = [s for s in self.closed_streams if s.closing is not None]
+            if stream.closing is not None:
+                self.closed_streams.append(stream)
 
 
 def _no_python(name: str, python: str, status: int, exc: OSError) -> HostFailure:
@@ -339,6 +344,10 @@ class SessionPool:
             max_workers=min(len(sessions), 16), thread_name_prefix="gpupool-close"
         ) as executor:
             list(executor.map(_close_session, sessions))
+        deadline = time.monotonic() + 3.0  # background kills of timed-out agents, bounded
+        for session in sessions:
+            for stream in session.closed_streams:
+                stream.wait_closed(max(0.0, deadline - time.monotonic()))
 
 
 def _close_session(session: HostSession) -> None:

@@ -7,6 +7,7 @@ agent's stderr for error messages.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 
 STDERR_TAIL_BYTES = 8192  # enough for a traceback's last lines or the bootstrap's reason
@@ -25,6 +26,8 @@ class Stream(ABC):
         self._buffer = bytearray()
         self._scanned = 0  # bytes of _buffer known to hold no newline
         self._stderr = bytearray()
+        self.agent_pid: int | None = None  # on the node, from the agent's ready line
+        self.closing: threading.Thread | None = None  # a close still under way, if any
 
     # -- what a transport provides ------------------------------------------------------------
 
@@ -46,6 +49,11 @@ class Stream(ABC):
         either way everything is closed (and, where this side can, killed) on return."""
 
     # -- shared ------------------------------------------------------------------------------
+
+    def wait_closed(self, timeout: float) -> None:
+        """Let a close that went on in the background finish (bounded)."""
+        if self.closing is not None:
+            self.closing.join(timeout)
 
     def keep_stderr(self, chunk: bytes) -> None:
         self._stderr += chunk

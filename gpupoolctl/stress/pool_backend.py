@@ -21,6 +21,10 @@ first, as `gpupoolctl submit` does).
 A job that failed with nothing but an exit code gets the last line its command wrote to
 stderr as its reason (the workload's own words: "matmul: neither PyTorch nor CuPy can be
 imported ..."), read from its node once it ended, outside the measured times.
+
+Nodes are reached through `run`; the CLI gives it agent sessions (gpupoolctl.remote.session:
+one agent process per host for the whole ramp, as a long-running pool would), closed by
+`close_run` at the end of close().
 """
 
 from __future__ import annotations
@@ -199,8 +203,11 @@ class PoolBackend:
         poll_s: float = 0.2,
         policy: PoolPolicy | None = None,
         in_hosts: Callable[[str, str], bool] | None = None,
+        close_run: Callable[[], None] | None = None,
     ) -> None:
         self._open_ledger = open_ledger
+        # What ends `run`'s agents (a SessionPool's close), last thing close() does.
+        self._close_run = close_run
         # The pool policy the passes run with (elastic re-cuts), as every command's do.
         self._policy = policy
         self._in_hosts = in_hosts
@@ -434,6 +441,8 @@ class PoolBackend:
             for made in handles:
                 made.ledger.close()
             self.timeline.forget()
+            if self._close_run is not None:
+                self._close_run()
 
     def _cancel_left(self, jobs: Jobs, left: list[str]) -> None:
         from gpupoolctl.jobs import control
