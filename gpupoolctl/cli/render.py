@@ -75,20 +75,60 @@ def table(
             rich_table.add_row(*(_plain(row.get(c.key)) for c in columns))
         out_console().print(rich_table)
         return
-    from tabulate import tabulate
-
     if title:
         sys.stdout.write(f"{title}\n")
     body = [[_plain(row.get(c.key)) for c in columns] for row in rows]
     align = [("right" if c.justify == "right" else "left") for c in columns]
-    text = tabulate(
-        body,
-        headers=[c.header for c in columns],
-        tablefmt="plain",
-        colalign=align,
-        disable_numparse=True,
-    )
+    headers = [c.header for c in columns]
+    text = plain_table(headers, body, align)
+    if text is None:
+        from tabulate import tabulate
+
+        text = tabulate(
+            body, headers=headers, tablefmt="plain", colalign=align, disable_numparse=True
+        )
     sys.stdout.write(text + "\n")
+
+
+def _simple(text: str) -> bool:
+    """Printable ASCII only: no wide, combining or control characters, no escapes."""
+    return text.isascii() and text.isprintable()
+
+
+def plain_table(
+    headers: Sequence[str], body: Sequence[Sequence[str]], align: Sequence[str]
+) -> str | None:
+    """The text tabulate(..., tablefmt="plain", colalign=align, disable_numparse=True) gives,
+    for tables of printable ASCII only (None for any other: tabulate then, as before).
+
+    tabulate and the modules it imports cost 25-40 ms of start-up; a command's table is
+    usually plain words and numbers. Each column is as wide as its longest cell or its header
+    plus two, cells without their surrounding spaces, columns two spaces apart, lines
+    without trailing spaces (tests/unit/test_cli_render_plain.py compares with tabulate).
+    """
+    if len(align) != len(headers) or any(len(row) != len(headers) for row in body):
+        return None
+    if not all(_simple(h) and h == h.strip() for h in headers):
+        return None
+    if not all(_simple(cell) for row in body for cell in row):
+        return None
+    columns = [[cell.strip() for cell in column] for column in zip(*body, strict=True)]
+    if not body:  # headers only: tabulate aligns them all left then
+        return "  ".join(header.ljust(len(header) + 2) for header in headers).rstrip()
+    widths = [
+        max([len(header) + 2, *map(len, column)])
+        for header, column in zip(headers, columns, strict=True)
+    ]
+    right = [a == "right" for a in align]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = (
+            cell.rjust(width) if r else cell.ljust(width)
+            for cell, width, r in zip(cells, widths, right, strict=True)
+        )
+        return "  ".join(padded).rstrip()
+
+    return "\n".join([line(headers), *(line(row) for row in zip(*columns, strict=True))])
 
 
 def _plain(value: Any) -> str:
