@@ -79,6 +79,45 @@ def test_cheap_commands_import_only_what_they_need(tmp_path, args, command_modul
     assert loaded == command_modules
 
 
+def test_version_alone_loads_neither_typer_nor_the_root(tmp_path):
+    out, modules = _imported(tmp_path, "--version")
+    assert out == "gpupoolctl 0.1.0\n"
+    assert not _loaded(modules, "typer") and "gpupoolctl.cli.root" not in modules
+    # with anything else on the line typer answers, as before
+    out, modules = _imported(tmp_path, "-q", "--version")
+    assert out == "gpupoolctl 0.1.0\n" and _loaded(modules, "typer")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("jobs",), ("pool", "--no-refresh"), ("ledger", "show", "-o", "json"), ("jobs", "--help")],
+    ids=["jobs", "pool-no-refresh", "ledger-show", "jobs-help"],
+)
+def test_read_only_commands_load_neither_pydantic_nor_tabulate(tmp_path, args):
+    ledger = tmp_path / "ledger.jsonl"
+    _imported(tmp_path, "-q", "--ledger", str(ledger), "pool")  # records the bundled slices
+    out, modules = _imported(tmp_path, "-q", "--ledger", str(ledger), "--forks", "8", *args)
+    assert out
+    assert not _loaded(modules, "pydantic")  # typer's coercion of option values
+    assert not _loaded(modules, "tabulate")  # plain ASCII tables
+
+
+def test_an_option_value_to_refuse_still_gets_typers_error(tmp_path):
+    # The check above could pass by never coercing: a bad value must still be refused.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "XDG_"))}
+    env.update({"HOME": str(tmp_path), "GPUPOOL_SIM_DIR": str(tmp_path / "sim")})
+    proc = subprocess.run(
+        [sys.executable, "-c", WRAPPER, "--forks", "0", "jobs"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "Invalid value for '--forks'" in proc.stderr
+
+
 def test_the_report_shows_what_a_command_does_import(tmp_path):
     # The check above could pass by looking in the wrong place: a command that does load the
     # stress stack (a tiny ramp on the harness alone) must show it in the same report.
