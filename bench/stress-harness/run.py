@@ -61,6 +61,11 @@ HARNESS_TARGET = 2000.0  # submissions per second, from the issue
 SCHEDULE_KEPT = 0.99  # open model: issued / planned arrivals at the target rate
 CLI_MARGIN_S = 120.0  # a CLI ramp's time-out: its worst case (every drain used) plus this
 PHASE_ORDER = ("ledger", "launch", "queue", "run")
+# From the submit-path speed issue: SSH within 0.9x of local at every level, and a job's
+# launch phase (placed -> the agent's launch answer) at level 1 within these, median.
+SSH_RATIO_TARGET = 0.9
+LAUNCH_P50_LOCAL_S = 0.020
+LAUNCH_P50_SSH_EXTRA_S = 0.020  # over one round trip to the node
 
 
 @dataclass(frozen=True)
@@ -256,6 +261,7 @@ class CliRun:
     result: RunResult | None = None
     problems: list[str] = field(default_factory=list)  # the run is not a measurement
     notes: list[str] = field(default_factory=list)  # worth knowing, not a failure
+    rtt_s: float | None = None  # one round trip to a node (ssh: median TCP connect to sshd)
 
     @property
     def ok(self) -> bool:
@@ -392,10 +398,25 @@ def knee_part(plan: Plan, skip_ssh: bool) -> dict[str, CliRun | str]:
         progress(f"knee: the same {len(nodes)} nodes behind {len(nodes)} sshd on loopback ...")
         with start_fleet(len(nodes), ssh / "fleet") as fleet:
             inventory = ssh_inventory(ssh / "inventory.yaml", nodes, fleet, ssh / "sim")
+            rtt = round_trip_s(fleet.hosts[0].address, fleet.hosts[0].port)
             runs["ssh"] = run_cli(
                 "ssh", inventory, ssh, ssh / "sim", plan, fleet.known_hosts.read_text()
             )
+            runs["ssh"].rtt_s = rtt
     return runs
+
+
+def round_trip_s(address: str, port: int, tries: int = 21) -> float:
+    """One network round trip to a node: the median time of a TCP connect to its sshd
+    (SYN, SYN-ACK), before the ramp starts."""
+    import socket
+
+    times = []
+    for _ in range(tries):
+        started = time.perf_counter()
+        with socket.create_connection((address, port), timeout=5):
+            times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2]
 
 
 # ---------------------------------------------------------------- summing up
@@ -411,6 +432,8 @@ def level_doc(level: LevelResult) -> dict[str, Any]:
         "queue_wait_p95_s": level.queue_wait.p95,
         "turnaround_mean_s": level.turnaround.mean,
         "phases_s": dict(level.phases),
+        "launch_p50_s": level.launch.p50,
+        "launch_p95_s": level.launch.p95,
         "harness_us": level.harness_s * 1e6,
     }
 
@@ -464,6 +487,7 @@ def run_doc(run: CliRun | str) -> dict[str, Any]:
         "ok": run.ok,
         "problems": run.problems,
         "notes": run.notes,
+        "rtt_s": run.rtt_s,
     }
     if run.result is not None:
         from gpupoolctl.stress.report_text import knee_lines
@@ -503,6 +527,10 @@ def _f(value: float | None, fmt: str = ".1f", missing: str = "-") -> str:
 def _dur(seconds: float | None) -> str:
     if seconds is None:
         return "-"
+    if seconds < 0.001:
+        return f"{seconds * 1e6:.0f}us"
+    if seconds < 0.01:
+        return f"{seconds * 1e3:.1f}ms"
     if seconds < 1.0:
         return f"{seconds * 1e3:.0f}ms"
     return f"{seconds:.2f}s"
@@ -593,6 +621,15 @@ def render_knees(runs: dict[str, dict[str, Any]], ratios: dict[str, Any]) -> lis
     for level in sorted(by_level):
         rows = by_level[level]
         out.append(f"{level:>6g}  {_phases(rows.get('local')):<30}{_phases(rows.get('ssh')):<30}")
+    out += [
+        "",
+        "launch phase per job (placed -> launch answered), p50 / p95",
+        f"{'level':>6}  {'local':<22}{'ssh':<22}",
+    ]
+    for level in sorted(by_level):
+        rows = by_level[level]
+        out.append(f"{level:>6g}  {_launch(rows.get('local')):<22}{_launch(rows.get('ssh')):<22}")
+    out += render_targets(by_level, measured)
     out += ["", f"{'knee':<24}{'local':>22}{'ssh':>22}"]
     for key, label in (
         ("kneedle", "Kneedle (dimin. returns)"),
@@ -616,6 +653,47 @@ def render_knees(runs: dict[str, dict[str, Any]], ratios: dict[str, Any]) -> lis
             f"    harness overhead (no-op) is {_pct(share.get('of_submit'))} of one pooled "
             f"submission over {name} ({_pct(share.get('of_turnaround'))} of its turnaround)"
         )
+    return out
+
+
+def _launch(row: dict[str, Any] | None) -> str:
+    if not row:
+        return "-"
+    return f"{_dur(row.get('launch_p50_s'))} / {_dur(row.get('launch_p95_s'))}"
+
+
+def render_targets(
+    by_level: dict[float, dict[str, dict[str, Any]]], measured: dict[str, dict[str, Any]]
+) -> list[str]:
+    """The submit-path targets, each PASS or MISS with its figure."""
+    out = ["", "targets"]
+    ratios = {}
+    for level, rows in sorted(by_level.items()):
+        lx = rows.get("local", {}).get("throughput")
+        sx = rows.get("ssh", {}).get("throughput")
+        if lx and sx is not None:
+            ratios[level] = sx / lx
+    if ratios:
+        low = min(ratios, key=lambda k: ratios[k])
+        verdict = "PASS" if ratios[low] >= SSH_RATIO_TARGET else "MISS"
+        out.append(
+            f"  ssh/local >= {SSH_RATIO_TARGET} at every level: {verdict} "
+            f"(lowest {ratios[low]:.2f} at level {low:g})"
+        )
+    first = min(by_level) if by_level else None
+    for name in ("local", "ssh"):
+        row = by_level.get(first, {}).get(name) if first is not None else None
+        p50 = row.get("launch_p50_s") if row else None
+        if p50 is None:
+            continue
+        bound = LAUNCH_P50_LOCAL_S
+        how = f"<= {_dur(bound)}"
+        rtt = measured.get(name, {}).get("rtt_s")
+        if name == "ssh":
+            bound = (rtt or 0.0) + LAUNCH_P50_SSH_EXTRA_S
+            how = f"<= 1 RTT ({_dur(rtt)}) + {_dur(LAUNCH_P50_SSH_EXTRA_S)}"
+        verdict = "PASS" if p50 <= bound else "MISS"
+        out.append(f"  launch p50 at level {first:g}, {name} {how}: {verdict} ({_dur(p50)})")
     return out
 
 

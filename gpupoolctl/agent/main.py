@@ -85,7 +85,15 @@ def main(raw: str | None = None) -> int:
     sys.stdout.write(json.dumps(response, separators=(",", ":")))
     sys.stdout.write("\n")
     sys.stdout.flush()
+    _after_answer()
     return 0
+
+
+def _after_answer() -> None:
+    """The bookkeeping requests left for after their answer (agent.jobs.after_answer)."""
+    jobs = sys.modules.get("gpupoolctl.agent.jobs")  # not imported: nothing was left
+    if jobs is not None:
+        jobs.run_after_answer()
 
 
 SERVE_READY = "serve"
@@ -125,7 +133,9 @@ def serve(
         if not line.strip():
             continue
         request_id, answer = _answer_line(line)
-        if not _answer(writer, request_id, answer, max_answer):
+        sent = _answer(writer, request_id, answer, max_answer)
+        _after_answer()
+        if not sent:
             return 0
 
 

@@ -43,11 +43,29 @@ logs    args {"job_id", "stream": "stdout" | "stderr", "offset": int, "max_bytes
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from gpupoolctl.agent.protocol import AgentError
 
 VERBS = ("launch", "poll", "signal", "logs")
+
+# Bookkeeping a request leaves for after its answer is sent (the agent's main runs it
+# before it reads the next request): what the answer does not depend on.
+_after_answer: list[Callable[[], None]] = []
+
+
+def after_answer(work: Callable[[], None]) -> None:
+    _after_answer.append(work)
+
+
+def run_after_answer() -> None:
+    """Run what requests left for after their answers; a failure costs only itself."""
+    while _after_answer:
+        work = _after_answer.pop(0)
+        with contextlib.suppress(Exception):  # nobody is left to tell: the answer is out
+            work()
 
 
 def handle(verb: str, args: Any, host: str, sim: dict[str, Any] | None) -> dict[str, Any]:

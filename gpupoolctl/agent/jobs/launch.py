@@ -174,9 +174,11 @@ def launch(
         # launch answer; anything else under a taken id stays refused.
         return _relaunch(request, visible, folder)
     created = time.time()
+    # Not fsynced: it matters while the job can run; a node crash ends the job anyway.
     paths.write_json(
         folder / "meta.json",
         {**request, "visible": visible, "created": created},
+        durable=False,
     )
     env = dict(os.environ)
     env.update(request["env"])
@@ -200,7 +202,12 @@ def launch(
     if "error" in report:
         raise AgentError(f"launch: {report['error']}", "LaunchFailed")
     if sim is not None:
-        _show_on_sim_gpus(host, sim, request, int(report["pid"]))
+        # The simulated GPUs list the job (as nvidia-smi would on a real node) once the
+        # answer is out: a rewrite of the node's state file the answer need not wait for.
+        from gpupoolctl.agent.jobs import after_answer
+
+        pid = int(report["pid"])
+        after_answer(lambda: _show_on_sim_gpus(host, sim, request, pid))
     return {
         "pid": report["pid"],
         "pgid": report["pid"],
@@ -287,7 +294,13 @@ def _show_on_sim_gpus(host: str, sim: dict[str, Any], request: dict[str, Any], p
     """On a simulated node the job also appears as a process on its simulated GPUs."""
     from gpupoolctl.sim import SimState, procs
 
-    state = SimState.open(host, str(sim.get("template")), sim.get("state_dir"))
+    path = SimState.path_for(host, sim.get("state_dir"))
+    # register_job reloads the file under its lock: no need to read it here first (this
+    # request's activate made it).
+    if path.exists():
+        state = SimState(path, {})
+    else:
+        state = SimState.open(host, str(sim.get("template")), sim.get("state_dir"))
     procs.register_job(
         state,
         request["devices"]["vendor"],
@@ -390,6 +403,7 @@ def _wrapper(
                 "proc_start": proc_start(process.pid),
                 "started": started,
             },
+            durable=False,  # describes live processes only (exit.json is durable)
         )
         try:  # the agent may be gone (its SSH session cut): the job runs on regardless
             os.write(report, json.dumps({"pid": process.pid, "started": started}).encode())

@@ -52,14 +52,18 @@ def job_dir(root: Path, job_id: str) -> Path:
     return root / check_job_id(job_id)
 
 
-def write_json(path: Path, value: Any) -> None:
-    """Atomic: a reader sees the old file or the whole new one, never half of it."""
+def write_json(path: Path, value: Any, *, durable: bool = True) -> None:
+    """Atomic: a reader sees the old file or the whole new one, never half of it.
+    `durable` also survives a crash of the node (fsync, a few ms); files that only
+    describe a live process need not (after a crash the process is gone anyway, and a
+    missing file reads as lost all the same)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump(value, handle, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.replace(tmp, path)
 
 
