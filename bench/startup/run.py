@@ -1,6 +1,7 @@
 """Start-up benchmark: wall time of the `gpupoolctl` console script against a bare interpreter.
 
-    python bench/startup/run.py [--rounds 15] [--top 15] [--json FILE]
+    python bench/startup/run.py [--rounds 15] [--top 15] [--json FILE] [--before TREE]
+        [--no-bytecode-cache]
 
 gpupoolctl is called from cron and CI scripts many times, so the time before a command does
 its work counts. One run measures, in subprocesses, with rounds alternating between cases
@@ -10,9 +11,16 @@ shared machine's load drifts and all cases should see the same weather:
 * `python3 -c pass`: the named peer, the same interpreter as sys.executable;
 * `python3 -c "import typer"`: the floor for any typer command line;
 * the real console script (the one installed beside sys.executable): `--version`, `--help`,
-  `jobs --help`, `ledger show -o json` and `pool --no-refresh -o json`, the last two against a
-  small ledger in a temp folder (GPUPOOL_LEDGER, GPUPOOL_LEDGER_NO_FSYNC=1), created first by
-  `gpupoolctl pool` on the bundled simulated pool (its state in a temp GPUPOOL_SIM_DIR).
+  `jobs --help`, `jobs`, `ledger show -o json` and `pool --no-refresh -o json`, the last three
+  against a small ledger in a temp folder (GPUPOOL_LEDGER, GPUPOOL_LEDGER_NO_FSYNC=1), created
+  first by `gpupoolctl pool` on the bundled simulated pool (its state in a temp GPUPOOL_SIM_DIR);
+* with `--before TREE` (a folder holding an older copy of the `gpupoolctl` package), every
+  console-script case a second time with that copy first on PYTHONPATH, in the same rounds:
+  before and after see the same weather.
+
+The cases run with a bytecode cache (PYTHONPYCACHEPREFIX in the temp folder, and
+PYTHONDONTWRITEBYTECODE dropped), filled by the warm-up rounds, as an installed copy has its
+.pyc files from pip; `--no-bytecode-cache` runs them with the environment as it is.
 
 Each is printed in milliseconds, as a ratio to `python3 -c pass` and as the overhead above it.
 Then `python -X importtime` of the console script's entry point running `--version` gives the
@@ -63,6 +71,7 @@ def cases(script: str) -> dict[str, list[str]]:
         "gpupoolctl --version": [script, "--version"],
         "gpupoolctl --help": [script, "--help"],
         "gpupoolctl jobs --help": [script, "jobs", "--help"],
+        "gpupoolctl jobs": [script, "jobs"],
         "gpupoolctl ledger show -o json": [script, "ledger", "show", "-o", "json"],
         "gpupoolctl pool --no-refresh -o json": [script, "pool", "--no-refresh", "-o", "json"],
     }
@@ -71,7 +80,7 @@ def cases(script: str) -> dict[str, list[str]]:
     return named
 
 
-def environment(folder: Path) -> dict[str, str]:
+def environment(folder: Path, *, bytecode_cache: bool = True) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "NO_COLOR"))}
     env.update(
         {
@@ -81,7 +90,24 @@ def environment(folder: Path) -> dict[str, str]:
             "COLUMNS": "100",
         }
     )
+    if bytecode_cache:
+        # Without it (PYTHONDONTWRITEBYTECODE=1 in some shells and CI images), every run
+        # compiles gpupoolctl's modules from source: 4-10 ms of "self" time per module in
+        # -X importtime that an installed copy never pays.
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(folder / "pycache")
     return env
+
+
+def with_before(named: dict[str, list[str]], tree: Path) -> dict[str, list[str]]:
+    """Every console-script case twice: as installed, and with the older copy in `tree`."""
+    both: dict[str, list[str]] = {}
+    for name, argv in named.items():
+        both[name] = argv
+        if name.startswith("gpupoolctl "):
+            # env(1) puts the old tree first on PYTHONPATH for this one process
+            both[f"{name} (before)"] = ["env", f"PYTHONPATH={tree}", *argv]
+    return both
 
 
 def run_once(argv: list[str], env: dict[str, str], cwd: Path) -> float:
@@ -146,20 +172,33 @@ def main() -> None:
         help="the gpupoolctl arguments whose imports are listed (default: --version)",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write results here")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="a folder with an older copy of the gpupoolctl package: its cases run alongside",
+    )
+    parser.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="run with the environment's bytecode settings (default: a cache in the temp folder)",
+    )
     args = parser.parse_args()
     script = console_script()
     with tempfile.TemporaryDirectory(prefix="startup-bench-") as tmp:
         folder = Path(tmp)
-        env = environment(folder)
+        env = environment(folder, bytecode_cache=not args.no_bytecode_cache)
         run_once([script, "pool", "-o", "json"], env, folder)  # the ledger, from the sim pool
         named = cases(script)
+        if args.before is not None:
+            named = with_before(named, args.before.resolve())
         runs = measure(named, env, folder, args.rounds)
         imports = import_times(args.importtime_args.split(), env, folder, args.top)
     peer = statistics.median(runs["python3 -c pass"])
     results: list[dict[str, Any]] = []
     print(
         f"start-up, median of {args.rounds} alternating rounds (console script: {script})\n"
-        f"{'case':<40} {'ms':>8} {'x peer':>7} {'over peer ms':>13}"
+        f"{'case':<49} {'ms':>8} {'x peer':>7} {'over peer ms':>13}"
     )
     for name, times in runs.items():
         median = statistics.median(times)
@@ -172,7 +211,7 @@ def main() -> None:
         }
         results.append(row)
         print(
-            f"{name:<40} {row['median_ms']:>8} {row['ratio_to_peer']:>7} {row['overhead_ms']:>13}"
+            f"{name:<49} {row['median_ms']:>8} {row['ratio_to_peer']:>7} {row['overhead_ms']:>13}"
         )
     print(
         f"\n-X importtime, gpupoolctl {args.importtime_args}: the {args.top} costliest imports "
@@ -188,6 +227,8 @@ def main() -> None:
                 "cpus": os.cpu_count(),
             },
             "rounds": args.rounds,
+            "bytecode_cache": not args.no_bytecode_cache,
+            "before": str(args.before) if args.before else None,
             "console_script": script,
             "cases": results,
             "importtime_args": args.importtime_args,
