@@ -14,11 +14,12 @@ This module knows bytes and lines only; what the records mean is state.py's busi
 from __future__ import annotations
 
 import json
-import os
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
+
+from gpupoolctl.ledger import fileio
 
 FORMAT_VERSION = 1
 _CRC_KEY = b',"crc":"'
@@ -102,9 +103,10 @@ class Torn:
 
 @dataclass
 class Gap:
-    first: int  # missing seqs first..last, noticed at `line`
+    first: int  # missing seqs first..last, noticed at `line` (which starts at `offset`)
     last: int
     line: int
+    offset: int = -1
 
 
 @dataclass
@@ -128,14 +130,20 @@ class Scan:
         return [g for g in self.gaps if not any(a <= g.first and g.last <= b for a, b in ranges)]
 
 
-def iter_lines(stream: BinaryIO, start: int = 0) -> Iterator[tuple[int, bytes, bool]]:
-    """(offset, line without newline, terminated) for every line from `start`."""
+def iter_lines(
+    stream: BinaryIO, start: int = 0, stop: int | None = None
+) -> Iterator[tuple[int, bytes, bool]]:
+    """(offset, line without newline, terminated) for every line from `start` (the stream's
+    position) up to offset `stop` (None: the end of the stream)."""
     offset = start
+    left = None if stop is None else stop - start
     rest = b""
-    while True:
-        chunk = stream.read(_CHUNK)
+    while left is None or left > 0:
+        chunk = stream.read(_CHUNK if left is None else min(_CHUNK, left))
         if not chunk:
             break
+        if left is not None:
+            left -= len(chunk)
         buf = rest + chunk if rest else chunk
         pos = 0
         while True:
@@ -240,7 +248,7 @@ def scan(
             )
             continue
         if seq > seen + 1 and seen >= snapshot_seq:
-            result.gaps.append(Gap(seen + 1, seq - 1, line_no))
+            result.gaps.append(Gap(seen + 1, seq - 1, line_no, offset))
         seen = max(seen, seq)
         batch = record.get("batch")
         entry = (record, line_no, offset, len(raw))
@@ -271,15 +279,10 @@ def append(fd: int, data: bytes, *, durable: bool) -> None:
     """Write all of `data` at the end (fd opened O_APPEND) and, if durable, fdatasync it.
 
     The caller holds the exclusive lock and truncates back on failure."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+    fileio.append(fd, data)
     if durable:
-        _sync(fd)
+        fileio.sync(fd)
 
 
 def _sync(fd: int) -> None:
-    # fdatasync also writes the size that an append changed; it skips only timestamps.
-    sync = getattr(os, "fdatasync", os.fsync)
-    sync(fd)
+    fileio.sync(fd)

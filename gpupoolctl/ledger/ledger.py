@@ -1,9 +1,12 @@
 """The Ledger: locked reads, all-or-nothing write transactions, and the operations on top.
 
 Every write goes: exclusive flock -> bring the state up to date (reading only the new bytes)
--> refuse if the journal is damaged before its end -> cut a torn tail (with a warning) ->
-let the caller decide and append records -> write them in one write() -> fdatasync -> unlock.
-Warnings are returned, never printed.
+-> refuse if the journal is damaged below its durable watermark -> cut a torn or crash-
+damaged tail above it (with a warning) -> let the caller decide and append records -> write
+them in one write() -> unlock -> fdatasync -> raise the watermark -> acknowledge. Syncing
+after the unlock is group commit: writers that appended meanwhile share the next sync, and
+an acknowledged record still implies every earlier one is durable (watermark.py says why
+and what a crash may then leave). Warnings are returned, never printed.
 """
 
 from __future__ import annotations
@@ -20,12 +23,12 @@ from typing import Any
 
 from gpupoolctl.atomic import fsync_dir
 from gpupoolctl.errors import UsageError
-from gpupoolctl.ledger import journal, replay, snapshot
+from gpupoolctl.ledger import fileio, journal, replay, snapshot, watermark
 from gpupoolctl.ledger.errors import LedgerDamaged, LedgerError
 from gpupoolctl.ledger.history import History, archives_needed, matcher, read_archive
 from gpupoolctl.ledger.lock import FileLock
 from gpupoolctl.ledger.paths import FILE_MODE, LedgerPaths, default_path, ensure_folder
-from gpupoolctl.ledger.repair import RepairResult, rebuild_snapshot, snapshot_readable
+from gpupoolctl.ledger.repair import RepairResult, rebuild_snapshot, set_aside, snapshot_readable
 from gpupoolctl.ledger.repair import repair as repair_journal
 from gpupoolctl.ledger.state import Allocation, State
 from gpupoolctl.ledger.units import format_ts, utc_now
@@ -215,6 +218,7 @@ class Ledger:
         self.autocompact = autocompact
         # Told once, in words for a person, when the lock is slow to come (see FileLock).
         self._lock = FileLock(self.paths.lock, on_wait=on_lock_wait)
+        self._watermark = watermark.Watermark(self.paths)
         self._loaded: replay.Loaded | None = None
 
     @property
@@ -223,6 +227,7 @@ class Ledger:
 
     def close(self) -> None:
         self._lock.close()
+        self._watermark.close()
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -268,6 +273,9 @@ class Ledger:
         assert torn is not None
         size = loaded.size - torn.offset
         what = "removed" if removed else "ignored (the next write removes it)"
+        if torn.reason == replay.CRASH_TAIL:
+            kept = f"; copied to {self.paths.quarantine}" if removed else ""
+            return f"{self.paths.journal}:{torn.line}: {size} bytes {torn.reason}: {what}{kept}"
         return (
             f"{self.paths.journal}:{torn.line}: {torn.reason} ({size} bytes, left by an "
             f"interrupted writer) {what}"
@@ -333,9 +341,19 @@ class Ledger:
                 loaded = self._refresh(fd)
                 if loaded.scan.torn is not None:
                     warnings.append(self._torn_warning(loaded, removed=True))
-                    os.ftruncate(fd, loaded.scan.end)
+                    if loaded.scan.torn.reason == replay.CRASH_TAIL:
+                        set_aside(
+                            self.paths,
+                            fd,
+                            loaded.scan.end,
+                            loaded.scan.torn.line,
+                            replay.CRASH_TAIL,
+                            now=format_ts(self.clock()),
+                            durable=self.durable,
+                        )
+                    fileio.truncate(fd, loaded.scan.end)
                     if self.durable:
-                        journal._sync(fd)
+                        fileio.sync(fd)
                     loaded.scan.torn = None
                     loaded = self._refresh(fd)
                 yield fd, loaded, warnings
@@ -345,7 +363,34 @@ class Ledger:
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
         """An all-or-nothing batch: records appended inside are written together on exit, or
-        not at all if the block raises. Raises LedgerDamaged when the journal is damaged."""
+        not at all if the block raises. Raises LedgerDamaged when the journal is damaged.
+        When it returns, the records are durable (unless the ledger is not `durable`)."""
+        pending: list[tuple[int, watermark.Mark]] = []
+        try:
+            with self._written(pending) as tx:
+                yield tx
+        finally:
+            for fd, mark in pending:  # the lock is let go: other writers share this sync
+                self._confirm(fd, mark)
+
+    def _confirm(self, fd: int, mark: watermark.Mark) -> None:
+        try:
+            fileio.sync(fd)
+        except OSError as exc:
+            self._loaded = None
+            raise LedgerError(
+                f"cannot confirm that the write to {self.paths.journal} is durable: "
+                f"{exc.strerror}; run `gpupoolctl ledger verify`"
+            ) from None
+        finally:
+            os.close(fd)
+        # Left low, damage just above it would be cut to quarantine rather than refused:
+        # the window a power cut leaves anyway (watermark.SYNC_SPAN), not a lost write.
+        with suppress(OSError):
+            self._watermark.advance(mark)
+
+    @contextmanager
+    def _written(self, pending: list[tuple[int, watermark.Mark]]) -> Iterator[Transaction]:
         with self._exclusive() as (fd, loaded, warnings):
             if loaded.damaged:
                 raise self.damage_error(loaded)
@@ -361,11 +406,11 @@ class Ledger:
                 return
             data = tx.encoded()
             try:
-                journal.append(fd, data, durable=self.durable)
+                fileio.append(fd, data)
             except OSError as exc:
                 self._loaded = None
                 with suppress(OSError):
-                    os.ftruncate(fd, loaded.scan.end)
+                    fileio.truncate(fd, loaded.scan.end)
                 raise LedgerError(f"cannot write {self.paths.journal}: {exc.strerror}") from None
             scan = loaded.scan
             if scan.first_offset is None:
@@ -379,7 +424,14 @@ class Ledger:
             loaded.size = scan.end
             loaded.ident = replay._ident(self.paths, fd)[0]
             if self.autocompact and scan.records >= self.autocompact:
+                if self.durable:  # compaction copies the journal: make it whole first
+                    fileio.sync(fd)
                 tx.warnings.extend(self._compact_after_write(fd, loaded))
+            elif self.durable:
+                dev, ino = loaded.ident[0], loaded.ident[1]
+                pending.append(
+                    (os.dup(fd), watermark.Mark(dev, ino, loaded.snapshot_seq, scan.end))
+                )
 
     def _compact_after_write(self, fd: int, loaded: replay.Loaded) -> list[str]:
         """Compact while still holding the write lock, once the live journal holds
@@ -387,7 +439,7 @@ class Ledger:
         transaction is already durable: a failure here is a warning, and the ledger stays
         readable whichever step it stopped at (see snapshot.compact)."""
         try:
-            snapshot.compact(
+            result = snapshot.compact(
                 self.paths,
                 fd,
                 loaded,
@@ -395,6 +447,7 @@ class Ledger:
                 actor=self.actor,
                 now=format_ts(self.clock()),
             )
+            self._mark_whole(result["seq"] if result["compacted"] else loaded.snapshot_seq)
         except (OSError, LedgerError) as exc:
             return [
                 f"{self.paths.journal}: automatic compaction failed ({exc}); the write itself "
@@ -615,8 +668,18 @@ class Ledger:
             result = snapshot.compact(
                 self.paths, fd, loaded, durable=self.durable, actor=self.actor, now=now
             )
+            self._mark_whole(result["seq"] if result["compacted"] else loaded.snapshot_seq)
             self._loaded = None
         return Done(result, [], warnings)
+
+    def _mark_whole(self, snapshot_seq: int) -> None:
+        """The journal now at P was written whole and synced (compaction, repair): tell the
+        watermark, so that damage anywhere in it later counts as real. Under the lock."""
+        if not self.durable:
+            return
+        with suppress(OSError):  # left unknown, recovery is only stricter
+            st = os.stat(self.paths.journal)
+            self._watermark.reset(watermark.Mark(st.st_dev, st.st_ino, snapshot_seq, st.st_size))
 
     def repair(self) -> Done:
         """Quarantine damaged lines (and a torn tail), keep every good record."""
@@ -636,6 +699,8 @@ class Ledger:
                 result = repair_journal(
                     self.paths, fd, loaded, durable=self.durable, actor=self.actor, now=now
                 )
+                if result.repaired:
+                    self._mark_whole(loaded.snapshot_seq)
             finally:
                 os.close(fd)
                 self._loaded = None

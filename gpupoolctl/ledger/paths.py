@@ -1,8 +1,9 @@
 """Where a ledger lives: the journal and the files that sit beside it.
 
 For a journal at P: P.lock (the flock target; never replaced, so compaction can swap the
-journal underneath waiting writers), P.snapshot, P.archive/ (compressed old journals) and
-P.quarantine (damaged lines moved aside by `ledger repair`). Every file is created 0600.
+journal underneath waiting writers), P.snapshot, P.archive/ (compressed old journals),
+P.synced (how much of the journal is known durable: watermark.py) and P.quarantine (damaged
+lines moved aside by `ledger repair`). Every file is created 0600.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ class LedgerPaths:
     @property
     def archive_dir(self) -> Path:
         return self.journal.with_name(self.journal.name + ".archive")
+
+    @property
+    def watermark(self) -> Path:
+        return self.journal.with_name(self.journal.name + ".synced")
 
     @property
     def quarantine(self) -> Path:

@@ -146,6 +146,21 @@ def repair(
     return result
 
 
+def set_aside(
+    paths: LedgerPaths, fd: int, start: int, line0: int, reason: str, *, now: str, durable: bool
+) -> int:
+    """Copy the journal's lines from offset `start` (line `line0`) to P.quarantine before a
+    writer cuts them: never acknowledged, but a person may want to see them."""
+    entries = []
+    with open(fd, "rb", closefd=False) as stream:
+        stream.seek(start)
+        for number, (offset, raw, _) in enumerate(journal.iter_lines(stream, start), line0):
+            entries.append(_entry(now, number, offset, raw, reason, None))
+    if entries:
+        _append_quarantine(paths, entries, durable=durable)
+    return len(entries)
+
+
 def _entry(
     now: str, line: int, offset: int, raw: bytes, reason: str, seq: int | None
 ) -> dict[str, Any]:

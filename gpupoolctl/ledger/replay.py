@@ -11,11 +11,16 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from gpupoolctl.ledger import journal, snapshot
+from gpupoolctl.ledger import journal, snapshot, watermark
 from gpupoolctl.ledger.paths import LedgerPaths
 from gpupoolctl.ledger.state import State
 
 Ident = tuple[Any, ...]
+
+CRASH_TAIL = (
+    "damaged after the last write known to be synced: left by an interrupted writer before "
+    "its sync, so never acknowledged"
+)
 
 
 @dataclass
@@ -54,7 +59,14 @@ def _ident(paths: LedgerPaths, fd: int | None) -> tuple[Ident, int]:
 
 
 def load(paths: LedgerPaths, fd: int | None) -> Loaded:
-    """Read everything: the snapshot (LedgerDamaged if its checksum fails) and the journal."""
+    """Read everything: the snapshot (LedgerDamaged if its checksum fails) and the journal.
+
+    Damage above the durable watermark (see watermark.py) is the unacknowledged tail a
+    crash left: it comes back as `scan.torn`, with the state of the records before it."""
+    return _settled(_load(paths, fd), paths, fd)
+
+
+def _load(paths: LedgerPaths, fd: int | None, stop: int | None = None) -> Loaded:
     ident, size = _ident(paths, fd)
     snap = snapshot.read(paths)
     state = State.from_dict(snap.state) if snap else State()
@@ -65,12 +77,30 @@ def load(paths: LedgerPaths, fd: int | None) -> Loaded:
         with open(fd, "rb", closefd=False) as stream:
             stream.seek(0)
             scan = journal.scan(
-                journal.iter_lines(stream),
+                journal.iter_lines(stream, 0, stop),
                 last_seq=base,
                 snapshot_seq=base,
                 on_record=lambda record, _line, _offset: state.apply(record),
             )
     return Loaded(state=state, snap=snap, scan=scan, ident=ident, size=size)
+
+
+def _settled(loaded: Loaded, paths: LedgerPaths, fd: int | None) -> Loaded:
+    """`loaded`, or where its first damage lies above the watermark, the journal read up to
+    that damage with the rest as a torn tail (the next writer cuts it)."""
+    if fd is None or not loaded.damaged:
+        return loaded
+    starts = [bad.offset for bad in loaded.scan.bad]
+    starts += [gap.offset for gap in loaded.undeclared_gaps()]
+    first = min(starts)
+    dev, ino = loaded.ident[0], loaded.ident[1]
+    durable = watermark.durable_end(paths, dev, ino, loaded.snapshot_seq)
+    if durable is None or first < durable:
+        return loaded  # on bytes a completed sync covered: real damage
+    cut = _load(paths, fd, stop=first)
+    scan = cut.scan
+    scan.torn = journal.Torn(scan.lines + 1, scan.end, -1, CRASH_TAIL)
+    return cut
 
 
 def refresh(loaded: Loaded | None, paths: LedgerPaths, fd: int | None) -> Loaded:
@@ -113,4 +143,4 @@ def refresh(loaded: Loaded | None, paths: LedgerPaths, fd: int | None) -> Loaded
     old.last_ts = more.last_ts or old.last_ts
     old.end, old.lines, old.last_seq = more.end, more.lines, more.last_seq
     loaded.size = size
-    return loaded
+    return _settled(loaded, paths, fd)

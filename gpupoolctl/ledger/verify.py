@@ -77,12 +77,12 @@ def check(paths: LedgerPaths, loaded: replay.Loaded, torn_size: int, *, deep: bo
         add(Problem("gap", f"{where}:{gap.line}", f"records {gap.first}..{gap.last} missing"))
     torn = loaded.scan.torn
     if torn is not None:
+        cause = "" if torn.reason == replay.CRASH_TAIL else " left by an interrupted writer"
         add(
             Problem(
                 "torn",
                 f"{where}:{torn.line}",
-                f"{torn.reason} ({torn_size} bytes) left by an interrupted writer; "
-                "the next write removes it",
+                f"{torn.reason} ({torn_size} bytes){cause}; the next write removes it",
             )
         )
     for problem in state.problems:

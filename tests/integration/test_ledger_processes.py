@@ -202,7 +202,7 @@ def test_sigkilled_writers_lose_nothing_acknowledged(tmp_path, autocompact):
     tearer.communicate(timeout=30)
     assert [p.kind for p in Ledger(path).verify().problems] == ["torn"]
     done = hold(Ledger(path), JobRequest(), owner="final")
-    assert any("interrupted writer" in w and "removed" in w for w in done.warnings)
+    assert any("interrupted writer" in w and "removed" in w for w in done.warnings), done.warnings
     allocs, releases, warnings = acknowledged(outputs)
     assert len(allocs) > 20
     # Workers that met a torn tail cut it and said so; none were left for verify to see.
