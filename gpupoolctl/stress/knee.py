@@ -240,7 +240,7 @@ def usl_fit(levels: Sequence[float], throughput: Sequence[float]) -> KneePoint:
     peak = usl_peak(fitted.sigma, fitted.kappa)
     assert peak is not None  # has_peak guarantees kappa > 0
     extra["peak_err"] = fitted.peak_err()
-    extra["peak_throughput"] = usl_throughput(peak, fitted.lam, fitted.sigma, fitted.kappa)
+    extra["peak_throughput"] = _finite(usl_throughput(peak, fitted.lam, fitted.sigma, fitted.kappa))
     if peak > EXTRAPOLATION_FACTOR * largest:
         notes.insert(0, f"extrapolated beyond the sweep (largest level {_fmt(largest)})")
     elif peak > largest:
@@ -321,15 +321,17 @@ class _UslFit:
         return math.sqrt(variance) if variance >= 0.0 and math.isfinite(variance) else None
 
     def extra(self) -> dict[str, Any]:
-        """The fitted parameters; the peak's fields stay None until a peak is reported."""
+        """The fitted parameters; the peak's fields stay None until a peak is reported.
+        A fit to absurd input (a throughput near the float limit) may overflow: None then,
+        as for an error that could not be estimated, so the result stays plain JSON."""
         return {
-            "lambda": self.lam,
-            "sigma": self.sigma,
-            "kappa": self.kappa,
-            "lambda_err": self.lam_err,
-            "sigma_err": self.sigma_err,
-            "kappa_err": self.kappa_err,
-            "r2": self.r2,
+            "lambda": _finite(self.lam),
+            "sigma": _finite(self.sigma),
+            "kappa": _finite(self.kappa),
+            "lambda_err": _optional_finite(self.lam_err),
+            "sigma_err": _optional_finite(self.sigma_err),
+            "kappa_err": _optional_finite(self.kappa_err),
+            "r2": _optional_finite(self.r2),
             "peak_err": None,
             "peak_throughput": None,
         }
@@ -412,6 +414,10 @@ def _warning_notes(caught: list[warnings.WarningMessage], optimize_warning: type
 def _finite(value: float) -> float | None:
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+def _optional_finite(value: float | None) -> float | None:
+    return None if value is None else _finite(value)
 
 
 # -- latency knee ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import json
 import math
 from dataclasses import asdict
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gpupoolctl.stress.knee import (
@@ -135,8 +135,17 @@ def test_duplicated_levels_give_the_same_knees_in_any_order(rows, random):
 
 @SETTINGS
 @given(
-    st.lists(st.tuples(measurements, measurements, st.one_of(st.none(), measurements))),
+    # A ramp has tens of levels; unbounded lists spent ~30 s in hypothesis's generator.
+    st.lists(
+        st.tuples(measurements, measurements, st.one_of(st.none(), measurements)), max_size=40
+    ),
     st.sampled_from(["closed", "open"]),
+)
+# Found by it: a throughput near the float limit made the USL fit's lambda inf (not JSON).
+@example(
+    [(0.0, 0.0, None), (0.0, 0.0, None), (3.0, 1.464639461905902e308, None)]
+    + [(level, 0.0, None) for level in (4.0, 5.0, 10.0, 23.0)],
+    "closed",
 )
 def test_broken_measurements_never_raise(rows, model):
     found = find_knees(
