@@ -10,8 +10,9 @@ transport and over real SSH, side by side.
 2. Knee: bench/stress-harness/scenario.yaml run twice through the real CLI
    (`gpupoolctl -i INV --ledger FILE stress ramp --scenario ... --save ... -o json`), each with
    a fresh HOME, sim state and ledger: (a) the bundled sim pool (gpupoolctl/data/sim.yaml,
-   local transport); (b) the same six nodes (names, templates) each behind its own OpenSSH
-   sshd on 127.0.0.x (tests/sshd.py), so every agent call goes over SSH. Every run is
+   local transport, its agents run by the SSH nodes' python3); (b) the same six nodes
+   (names, templates) each behind its own OpenSSH sshd on 127.0.0.x (tests/sshd.py), so
+   every agent call goes over SSH. Every run is
    checked (exit 0 or 4, the result file loads, no level where every job failed) and a
    failed run is reported, never shown as a measurement.
 
@@ -239,6 +240,26 @@ def node_python() -> str:
     return shutil.which("python3", path=SSHD_DEFAULT_PATH) or sys.executable
 
 
+def local_inventory(path: Path, python: str, source: Path = SIM_INVENTORY) -> Path:
+    """The bundled pool as shipped, with every node's agent run by `python`: the SSH run's
+    interpreter, so the two runs differ only in the transport. (Locally the agent would
+    otherwise be this process's interpreter, which may start several times slower than
+    the system python3, e.g. a pyenv build with .pth files, and every job wrapper pays it.)"""
+    tree = yaml.safe_load(source.read_text())
+
+    def walk(group: dict[str, Any]) -> None:
+        for variables in (group.get("hosts") or {}).values():
+            if isinstance(variables, dict) and "sim" in variables:
+                variables["ansible_python_interpreter"] = python
+        for child in (group.get("children") or {}).values():
+            if isinstance(child, dict):
+                walk(child)
+
+    walk(tree["all"])
+    path.write_text(yaml.safe_dump(tree, sort_keys=False))
+    return path
+
+
 def ssh_inventory(path: Path, nodes: Sequence[SimNode], fleet: Any, sim_dir: Path) -> Path:
     """The bundled pool's nodes, same names and templates, each at its own sshd."""
     python = node_python()
@@ -384,7 +405,8 @@ def knee_part(plan: Plan, skip_ssh: bool) -> dict[str, CliRun | str]:
         local = base / "local"
         local.mkdir()
         progress("knee: bundled sim pool over local transport ...")
-        runs["local"] = run_cli("local", SIM_INVENTORY, local, local / "sim", plan)
+        inventory = local_inventory(local / "inventory.yaml", node_python())
+        runs["local"] = run_cli("local", inventory, local, local / "sim", plan)
         if skip_ssh:
             runs["ssh"] = "skipped (--skip-ssh)"
             return runs
