@@ -98,21 +98,25 @@ class Watermark:
     def __init__(self, paths: LedgerPaths) -> None:
         self.paths = paths
         self._fd: int | None = None
+        self._pid = 0
 
     def _open(self) -> int:
-        if self._fd is None:
+        # A forked child opens its own: sharing the parent's open file description would make
+        # their flocks one, and two read-compare-writes at once could lower the mark.
+        if self._fd is None or self._pid != os.getpid():
             existed = self.paths.watermark.exists()
             self._fd = os.open(
                 self.paths.watermark, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE
             )
+            self._pid = os.getpid()
             if not existed:
                 fsync_dir(self.paths.folder)
         return self._fd
 
     def close(self) -> None:
-        if self._fd is not None:
+        if self._fd is not None and self._pid == os.getpid():
             os.close(self._fd)
-            self._fd = None
+        self._fd = None
 
     def advance(self, mark: Mark) -> None:
         """After a sync of `mark.end` bytes returned: raise the watermark to it, if the

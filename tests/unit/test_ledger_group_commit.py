@@ -195,3 +195,25 @@ def test_any_bytes_in_the_watermark_file_read_as_a_mark_or_nothing(raw):
 
 def test_paths_name_the_watermark_beside_the_journal(tmp_path):
     assert LedgerPaths(tmp_path / "x.jsonl").watermark == tmp_path / "x.jsonl.synced"
+
+
+def test_a_forked_child_takes_its_own_watermark_lock(ledger):
+    """A child that shared the parent's open watermark file would share its flock, and two
+    read-compare-writes at once could lower the mark."""
+    parent_fd = ledger._watermark._open()
+    fcntl.flock(parent_fd, fcntl.LOCK_EX)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: its handle must be a lock of its own, so this must block
+            code = 1
+            try:
+                fcntl.flock(ledger._watermark._open(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        fcntl.flock(parent_fd, fcntl.LOCK_UN)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert ledger._watermark._open() == parent_fd  # the parent keeps its own
