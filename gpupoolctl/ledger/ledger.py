@@ -617,18 +617,29 @@ class Ledger:
                 read_archive(self.paths, entry, keep, out, warnings)
             fd = self._open_journal(create=False)
             if fd is not None:
+                live: list[tuple[int, dict[str, Any]]] = []  # (offset, record)
                 try:
                     with open(fd, "rb", closefd=False) as stream:
                         scan = journal.scan(
                             journal.iter_lines(stream),
                             last_seq=snap.seq if snap else 0,
                             snapshot_seq=snap.seq if snap else 0,
-                            on_record=lambda r, _l, _o: out.append(r) if keep(r) else None,
+                            on_record=lambda r, _l, o: live.append((o, r)) if keep(r) else None,
                         )
+                    # A crash's unsynced tail was never acknowledged: not history.
+                    cut = replay.crash_tail_start(self.paths, fd, scan, snap.seq if snap else 0)
                 finally:
                     os.close(fd)
+                if cut is not None:
+                    live = [(offset, record) for offset, record in live if offset < cut]
+                    warnings.append(
+                        f"{self.paths.journal}: records from byte {cut} on left out: "
+                        f"{replay.CRASH_TAIL} (the next write removes them)"
+                    )
+                out.extend(record for _, record in live)
                 for bad in scan.bad:
-                    warnings.append(f"{self.paths.journal}:{bad.line}: skipped damaged record")
+                    if cut is None or bad.offset < cut:
+                        warnings.append(f"{self.paths.journal}:{bad.line}: skipped damaged record")
         skipped = sum(int(e.get("records", 0)) for e in (snap.archives if snap else []))
         skipped -= sum(int(e.get("records", 0)) for e in chosen)
         return History(out, skipped, warnings)

@@ -85,18 +85,29 @@ def _load(paths: LedgerPaths, fd: int | None, stop: int | None = None) -> Loaded
     return Loaded(state=state, snap=snap, scan=scan, ident=ident, size=size)
 
 
+def crash_tail_start(
+    paths: LedgerPaths, fd: int, scan: journal.Scan, snapshot_seq: int
+) -> int | None:
+    """Where the unacknowledged tail a crash left begins: the offset of the first damage in
+    `scan` when it lies at or above the durable watermark; None when nothing is damaged or
+    the damage is on bytes a completed sync covered (real damage)."""
+    starts = [bad.offset for bad in scan.bad] + [gap.offset for gap in scan.undeclared_gaps()]
+    if not starts:
+        return None
+    first = min(starts)
+    ident = _ident(paths, fd)[0]
+    durable = watermark.durable_end(paths, ident[0], ident[1], snapshot_seq)
+    return None if durable is None or first < durable else first
+
+
 def _settled(loaded: Loaded, paths: LedgerPaths, fd: int | None) -> Loaded:
     """`loaded`, or where its first damage lies above the watermark, the journal read up to
     that damage with the rest as a torn tail (the next writer cuts it)."""
     if fd is None or not loaded.damaged:
         return loaded
-    starts = [bad.offset for bad in loaded.scan.bad]
-    starts += [gap.offset for gap in loaded.undeclared_gaps()]
-    first = min(starts)
-    dev, ino = loaded.ident[0], loaded.ident[1]
-    durable = watermark.durable_end(paths, dev, ino, loaded.snapshot_seq)
-    if durable is None or first < durable:
-        return loaded  # on bytes a completed sync covered: real damage
+    first = crash_tail_start(paths, fd, loaded.scan, loaded.snapshot_seq)
+    if first is None:
+        return loaded
     cut = _load(paths, fd, stop=first)
     scan = cut.scan
     scan.torn = journal.Torn(scan.lines + 1, scan.end, -1, CRASH_TAIL)

@@ -105,6 +105,27 @@ def test_damage_above_the_watermark_is_a_crash_tail_cut_at_its_first_damaged_rec
     assert kept[1]["text"] == second.decode().rstrip("\n")
 
 
+def test_history_leaves_out_a_crash_tail_but_not_the_whole_records_before_it(ledger):
+    whole = release_record(5, "a-2")
+    torn = release_record(6, "a-3")
+    after = release_record(7, "a-4")
+    start = unsynced(ledger, whole, torn, after)
+    corrupt_at(ledger.path, start + len(whole))
+    history = durable(ledger.path).history()
+    releases = [r["data"]["id"] for r in history.records if r["op"] == "release"]
+    assert releases == ["a-2"]  # a-4 is whole, but written after damage no sync covered
+    assert any("left out" in w and "never acknowledged" in w for w in history.warnings)
+    assert not any("skipped damaged record" in w for w in history.warnings)
+
+
+def test_history_still_shows_real_damage_below_the_watermark(ledger):
+    corrupt_at(ledger.path, 0)
+    history = durable(ledger.path).history()
+    assert any("skipped damaged record" in w for w in history.warnings)
+    assert not any("left out" in w for w in history.warnings)
+    assert [r["seq"] for r in history.records] == [2, 3, 4]
+
+
 def test_damage_below_the_watermark_is_real_and_refuses_writes(ledger):
     offsets = [o for o, _, _ in journal.iter_buffer(ledger.path.read_bytes())]
     corrupt_at(ledger.path, offsets[2])
