@@ -45,7 +45,7 @@ def _fail(m):
     sys.exit(3)
 if sys.version_info < (3, 8):
     _fail("python %s is too old, the agent needs 3.8 or newer" % sys.version.split()[0])
-import hashlib, os, stat, tempfile
+import hashlib, os, stat
 i = sys.stdin.buffer
 h = i.readline().split()
 if len(h) not in (3, 4) or h[0] != b"GPUPOOL1" or h[3:] not in ([], [b"serve"]):
@@ -72,7 +72,7 @@ def _store(b):
         except OSError:
             pass
         return p
-    import io, shutil, zipfile
+    import io, shutil, tempfile, zipfile
     t = tempfile.mkdtemp(prefix=".agent-", dir=b)
     try:
         zipfile.ZipFile(io.BytesIO(z)).extractall(t)
@@ -97,15 +97,18 @@ def _prune(b, keep):
                 shutil.rmtree(f) if os.path.isdir(f) else os.unlink(f)
         except OSError:
             pass
-def _path():
+def _bases():
     c = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    for b in (os.path.join(c, "gpupoolctl"),
-              os.path.join(tempfile.gettempdir(), "gpupoolctl-%d" % os.getuid())):
+    yield os.path.join(c, "gpupoolctl")
+    import tempfile
+    yield os.path.join(tempfile.gettempdir(), "gpupoolctl-%d" % os.getuid())
+def _path():
+    for b in _bases():
         try:
             return _store(b)
         except OSError:
             pass
-    import atexit, shutil
+    import atexit, shutil, tempfile
     b = tempfile.mkdtemp(prefix="gpupoolctl-")
     atexit.register(shutil.rmtree, b, True)
     os.environ["GPUPOOL_AGENT_EPHEMERAL"] = "1"

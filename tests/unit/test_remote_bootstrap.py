@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -86,3 +87,28 @@ def test_bootstrap_needs_no_escaping_inside_single_quotes() -> None:
     # One pair of quotes on the wire keeps the command short and readable in ps/sshd logs.
     assert "'" not in BOOTSTRAP
     assert remote_command("python3").endswith("-c '" + BOOTSTRAP + "'")
+
+
+def test_an_unusable_cache_falls_back_to_a_folder_in_the_temp_dir(tmp_path: Path) -> None:
+    """XDG_CACHE_HOME that cannot hold a folder (here a file): the agent is unpacked under
+    $TMPDIR/gpupoolctl-<uid> instead, and the request is still answered."""
+    (tmp_path / "cache").write_text("not a folder")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    request = {"v": 1, "verb": "ping", "host": "h1", "sim": None}
+    payload = agent_payload()
+    done = subprocess.run(
+        interpreter_argv(sys.executable),
+        input=encode_stdin(payload, request),
+        capture_output=True,
+        timeout=30,
+        env={
+            "XDG_CACHE_HOME": str(tmp_path / "cache"),
+            "TMPDIR": str(tmp),
+            "PATH": "/usr/bin:/bin",
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["data"] == {"pong": True}
+    store = tmp / f"gpupoolctl-{os.getuid()}" / f"agent-{payload.sha256}"
+    assert (store / ".complete").is_file()
