@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from gpupoolctl.atomic import replace_file
@@ -27,29 +28,32 @@ def default_path() -> Path:
 
 @dataclass(frozen=True)
 class LedgerPaths:
+    """The names are worked out once per ledger (a writer looks them up on every
+    transaction: building a Path is a few microseconds each time)."""
+
     journal: Path
 
-    @property
+    @cached_property
     def lock(self) -> Path:
         return self.journal.with_name(self.journal.name + ".lock")
 
-    @property
+    @cached_property
     def snapshot(self) -> Path:
         return self.journal.with_name(self.journal.name + ".snapshot")
 
-    @property
+    @cached_property
     def archive_dir(self) -> Path:
         return self.journal.with_name(self.journal.name + ".archive")
 
-    @property
+    @cached_property
     def watermark(self) -> Path:
         return self.journal.with_name(self.journal.name + ".synced")
 
-    @property
+    @cached_property
     def quarantine(self) -> Path:
         return self.journal.with_name(self.journal.name + ".quarantine")
 
-    @property
+    @cached_property
     def folder(self) -> Path:
         return self.journal.parent
 
