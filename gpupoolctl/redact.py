@@ -4,6 +4,7 @@ job environments refuse them (both end up in CI logs, `less` and `grep`)."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 MASK = "***"
@@ -27,6 +28,9 @@ _SUBSTRINGS = (
 _WORDS = re.compile(r"(?:^|[_.\-])(?:pass|pwd|pw)(?:$|[_.\-])", re.IGNORECASE)
 
 
+# Field names repeat (every ledger record checks the same few): remembering the answer
+# keeps the check off a writer's path under the lock. Bounded, as names may come from users.
+@lru_cache(maxsize=4096)
 def looks_secret(key: str) -> bool:
     """True for variable or field names that usually hold a secret."""
     lowered = key.lower()
