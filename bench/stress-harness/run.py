@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,19 +219,21 @@ class SimNode:
     template: str
 
 
+def _sim_hosts(group: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(name, variables) of every simulated host of an inventory tree, in file order."""
+    for name, variables in (group.get("hosts") or {}).items():
+        if isinstance(variables, dict) and "sim" in variables:
+            yield name, variables
+    for child in (group.get("children") or {}).values():
+        if isinstance(child, dict):
+            yield from _sim_hosts(child)
+
+
 def sim_pool_nodes(path: Path = SIM_INVENTORY) -> list[SimNode]:
     """The bundled pool's simulated hosts in file order: (name, sim template)."""
     found: dict[str, str] = {}
-
-    def walk(group: dict[str, Any]) -> None:
-        for name, variables in (group.get("hosts") or {}).items():
-            if isinstance(variables, dict) and "sim" in variables:
-                found.setdefault(name, str(variables["sim"]))
-        for child in (group.get("children") or {}).values():
-            if isinstance(child, dict):
-                walk(child)
-
-    walk(yaml.safe_load(path.read_text())["all"])
+    for name, variables in _sim_hosts(yaml.safe_load(path.read_text())["all"]):
+        found.setdefault(name, str(variables["sim"]))
     return [SimNode(name, template) for name, template in found.items()]
 
 
@@ -246,16 +248,8 @@ def local_inventory(path: Path, python: str, source: Path = SIM_INVENTORY) -> Pa
     otherwise be this process's interpreter, which may start several times slower than
     the system python3, e.g. a pyenv build with .pth files, and every job wrapper pays it.)"""
     tree = yaml.safe_load(source.read_text())
-
-    def walk(group: dict[str, Any]) -> None:
-        for variables in (group.get("hosts") or {}).values():
-            if isinstance(variables, dict) and "sim" in variables:
-                variables["ansible_python_interpreter"] = python
-        for child in (group.get("children") or {}).values():
-            if isinstance(child, dict):
-                walk(child)
-
-    walk(tree["all"])
+    for _, variables in _sim_hosts(tree["all"]):
+        variables["ansible_python_interpreter"] = python
     path.write_text(yaml.safe_dump(tree, sort_keys=False))
     return path
 
@@ -635,22 +629,12 @@ def render_knees(runs: dict[str, dict[str, Any]], ratios: dict[str, Any]) -> lis
             f"{_dur(rows.get('ssh', {}).get('queue_wait_p95_s')):>12}"
             f"{_done(rows.get('local')):>12}{_done(rows.get('ssh')):>10}"
         )
-    out += [
-        "",
-        "mean phases per job (ledger / launch / queue / run), seconds",
-        f"{'level':>6}  {'local':<30}{'ssh':<30}",
-    ]
-    for level in sorted(by_level):
-        rows = by_level[level]
-        out.append(f"{level:>6g}  {_phases(rows.get('local')):<30}{_phases(rows.get('ssh')):<30}")
-    out += [
-        "",
-        "launch phase per job (placed -> launch answered), p50 / p95",
-        f"{'level':>6}  {'local':<22}{'ssh':<22}",
-    ]
-    for level in sorted(by_level):
-        rows = by_level[level]
-        out.append(f"{level:>6g}  {_launch(rows.get('local')):<22}{_launch(rows.get('ssh')):<22}")
+    out += _side_by_side(
+        "mean phases per job (ledger / launch / queue / run), seconds", by_level, _phases, 30
+    )
+    out += _side_by_side(
+        "launch phase per job (placed -> launch answered), p50 / p95", by_level, _launch, 22
+    )
     out += render_targets(by_level, measured)
     out += ["", f"{'knee':<24}{'local':>22}{'ssh':>22}"]
     for key, label in (
@@ -723,6 +707,22 @@ def _done(row: dict[str, Any] | None) -> str:
     if not row:
         return "-"
     return f"{row['completed']}/{row['submitted']}"
+
+
+def _side_by_side(
+    title: str,
+    by_level: dict[float, dict[str, dict[str, Any]]],
+    cell: Callable[[dict[str, Any] | None], str],
+    width: int,
+) -> list[str]:
+    """A titled table: one row per level, `cell` of the local and of the SSH run."""
+    lines = ["", title, f"{'level':>6}  {'local':<{width}}{'ssh':<{width}}"]
+    for level in sorted(by_level):
+        rows = by_level[level]
+        lines.append(
+            f"{level:>6g}  {cell(rows.get('local')):<{width}}{cell(rows.get('ssh')):<{width}}"
+        )
+    return lines
 
 
 def _phases(row: dict[str, Any] | None) -> str:

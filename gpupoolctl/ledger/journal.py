@@ -282,7 +282,3 @@ def append(fd: int, data: bytes, *, durable: bool) -> None:
     fileio.append(fd, data)
     if durable:
         fileio.sync(fd)
-
-
-def _sync(fd: int) -> None:
-    fileio.sync(fd)

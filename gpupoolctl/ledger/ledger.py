@@ -612,6 +612,7 @@ class Ledger:
             return History(out, 0, warnings)
         with self._lock.shared():
             snap = snapshot.read(self.paths)
+            base = snap.seq if snap else 0
             chosen = archives_needed(snap, since_seq, since_ts, everything)
             for entry in chosen:
                 read_archive(self.paths, entry, keep, out, warnings)
@@ -622,12 +623,12 @@ class Ledger:
                     with open(fd, "rb", closefd=False) as stream:
                         scan = journal.scan(
                             journal.iter_lines(stream),
-                            last_seq=snap.seq if snap else 0,
-                            snapshot_seq=snap.seq if snap else 0,
+                            last_seq=base,
+                            snapshot_seq=base,
                             on_record=lambda r, _l, o: live.append((o, r)) if keep(r) else None,
                         )
                     # A crash's unsynced tail was never acknowledged: not history.
-                    cut = replay.crash_tail_start(self.paths, fd, scan, snap.seq if snap else 0)
+                    cut = replay.crash_tail_start(self.paths, fd, scan, base)
                 finally:
                     os.close(fd)
                 if cut is not None:
