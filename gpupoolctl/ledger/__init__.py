@@ -15,6 +15,8 @@
 Nothing here prints: results and warnings are returned, problems raised as typed errors.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from gpupoolctl.ledger.errors import LedgerBusy, LedgerDamaged, LedgerError, NothingFits
 from gpupoolctl.ledger.history import History
 from gpupoolctl.ledger.ledger import (
@@ -29,9 +31,11 @@ from gpupoolctl.ledger.ledger import (
 from gpupoolctl.ledger.paths import LedgerPaths, default_path
 from gpupoolctl.ledger.repair import RepairResult
 from gpupoolctl.ledger.report import pool_report
-from gpupoolctl.ledger.slices import slices_from_facts
 from gpupoolctl.ledger.state import JOB_STATES, OPS, Allocation, State
 from gpupoolctl.ledger.verify import Problem, Report
+
+if TYPE_CHECKING:
+    from gpupoolctl.ledger.slices import slices_from_facts
 
 __all__ = [
     "JOB_STATES",
@@ -58,3 +62,13 @@ __all__ = [
     "pool_report",
     "slices_from_facts",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Facts -> slices needs the hardware model (~5 ms); commands that only read the ledger
+    # never turn facts into slices.
+    if name == "slices_from_facts":
+        from gpupoolctl.ledger.slices import slices_from_facts
+
+        return slices_from_facts
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
