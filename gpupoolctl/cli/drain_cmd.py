@@ -7,7 +7,8 @@ from typing import Annotated, Any
 import typer
 
 from gpupoolctl.cli.console import notice, warn
-from gpupoolctl.cli.ledger_cmd import discover_slices, open_ledger
+from gpupoolctl.cli.handles import open_ledger
+from gpupoolctl.cli.ledger_cmd import discover_slices
 from gpupoolctl.cli.render import Column, emit
 from gpupoolctl.cli.settings import OutputFormat, Settings
 from gpupoolctl.errors import UsageError
@@ -83,10 +84,11 @@ def drain(
 
 
 def _stop_jobs(settings: Settings, targets: list[str], grace: float | None) -> None:
-    from gpupoolctl.cli.jobs_cmd import _finish, _open
+    from gpupoolctl.cli.handles import open_jobs
+    from gpupoolctl.cli.jobs_cmd import _finish
     from gpupoolctl.jobs.draining import stop_drained
 
-    jobs = _open(settings)
+    jobs = open_jobs(settings)
     for job in stop_drained(jobs, targets, grace):
         said = job.get("reason") or job.get("error") or ""
         notice(f"{job['id']}: {job.get('state')}: {said}", quiet=settings.quiet)

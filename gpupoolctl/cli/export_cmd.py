@@ -110,7 +110,7 @@ def _refuse_partial(hosts: list[HostFacts], target: str) -> None:
 
 def _read_ledger(settings: Settings) -> View:
     """The ledger's current state (never written); its warnings go to stderr."""
-    from gpupoolctl.cli.ledger_cmd import open_ledger
+    from gpupoolctl.cli.handles import open_ledger
 
     ledger = open_ledger(settings)
     try:

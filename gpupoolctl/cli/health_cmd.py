@@ -93,7 +93,8 @@ def _json_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def _apply_drains(settings: Settings, rows: list[dict[str, Any]]) -> dict[str, Any]:
     from gpupoolctl import health as pool_health
-    from gpupoolctl.cli.ledger_cmd import discover_slices, open_ledger
+    from gpupoolctl.cli.handles import open_ledger
+    from gpupoolctl.cli.ledger_cmd import discover_slices
     from gpupoolctl.ledger import drains
 
     ledger = open_ledger(settings)

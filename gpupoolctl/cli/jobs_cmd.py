@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpupoolctl.cli.console import error, notice, warn
+from gpupoolctl.cli.handles import open_jobs
 from gpupoolctl.cli.render import Column, emit
 from gpupoolctl.cli.settings import MEM_HELP, OutputFormat, Settings
 from gpupoolctl.errors import ExitCode, GpupoolError, UsageError
 
 if TYPE_CHECKING:
     from gpupoolctl.jobs import Jobs
-    from gpupoolctl.jobs.nodes import Runner
 
 JOB_COLUMNS = (
     Column("id", "ID"),
@@ -86,30 +86,6 @@ def register(app: typer.Typer) -> None:
     app.command("schedule")(schedule)
 
 
-def _open(settings: Settings, run: Runner | None = None) -> Jobs:
-    """The jobs library for one command; `run` (a Runner) replaces its one-shot fan-out."""
-    from gpupoolctl.cli import pool
-    from gpupoolctl.cli.ledger_cmd import open_ledger
-    from gpupoolctl.jobs import Jobs, Nodes
-    from gpupoolctl.ledger import current_user
-    from gpupoolctl.policy import resolve_policy
-    from gpupoolctl.policy.actor import is_pool_admin
-
-    chosen = pool.job_hosts(settings)
-    nodes = Nodes(chosen.everyone, run or (lambda requests: pool.fan_out_each(settings, requests)))
-    user = current_user()
-    policy = resolve_policy(settings.pool_policy)
-    return Jobs(
-        open_ledger(settings),
-        nodes,
-        owner=user,
-        hosts=chosen.placeable,
-        policy=policy,
-        in_hosts=chosen.in_hosts(),
-        admin=is_pool_admin(policy.admins, user),
-    )
-
-
 def _finish(settings: Settings, jobs: Jobs) -> None:
     for message in jobs.warnings:
         warn(message)
@@ -118,14 +94,9 @@ def _finish(settings: Settings, jobs: Jobs) -> None:
 
 
 def _age(seconds: float | None) -> str | None:
-    if seconds is None:
-        return None
-    seconds = int(seconds)
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h" if seconds < 172800 else f"{seconds // 86400}d"
+    from gpupoolctl.board.formats import age
+
+    return None if seconds is None else age(seconds)
 
 
 def _rows(
@@ -353,7 +324,7 @@ def submit(
     if _backend(backend) == "slurm":
         _submit_slurm(settings, spec, dry_run=dry_run, wait=wait)
         return
-    jobs = _open(settings)
+    jobs = open_jobs(settings)
     jobs.ensure_slices(record=not dry_run)
     if dry_run:
         result = jobs.plan(spec)
@@ -603,7 +574,7 @@ def jobs_list(
         if not found:
             notice("no jobs", quiet=settings.quiet)
         return
-    jobs = _open(settings)
+    jobs = open_jobs(settings)
     if not no_refresh:
         refresh(jobs)
     records = listing(jobs, everything=everything)
@@ -652,7 +623,7 @@ def schedule(
             raise UsageError("--dry-run shows one pass: not with --watch or --passes")
         from gpupoolctl.jobs.control import dry_pass
 
-        jobs = _open(settings)
+        jobs = open_jobs(settings)
         events = dry_pass(jobs)
         emit(settings, data=events, rows=_event_rows(events), columns=SCHEDULE_COLUMNS)
         _finish(settings, jobs)
@@ -660,7 +631,7 @@ def schedule(
     if watch is None:
         if passes is not None:
             raise UsageError("--passes needs --watch")
-        jobs = _open(settings)
+        jobs = open_jobs(settings)
         _one_pass(settings, jobs, watching=False)
         _finish(settings, jobs)
         return
@@ -668,7 +639,7 @@ def schedule(
     from gpupoolctl.cli import pool
 
     sessions = pool.open_sessions(settings)  # one agent per host for every pass
-    jobs = _open(settings, run=pool.session_runner(sessions))
+    jobs = open_jobs(settings, run=pool.session_runner(sessions))
     done = 0
     try:
         while True:
@@ -799,7 +770,7 @@ def logs(
     else:
         from gpupoolctl.jobs.control import logs as read_logs
 
-        jobs = _open(settings)
+        jobs = open_jobs(settings)
 
         def read(offset: int) -> dict[str, Any]:
             chunk = read_logs(jobs, job_id, stream=stream, offset=offset, host=host)
@@ -900,7 +871,7 @@ def cancel(
             raise UsageError("--forget with --backend slurm: Slurm keeps its own jobs")
         _cancel_slurm(settings, job_id, grace)
         return
-    jobs = _open(settings)
+    jobs = open_jobs(settings)
     if forget:
         from gpupoolctl.jobs.control import forget as forget_job
         from gpupoolctl.ledger import current_user

@@ -8,11 +8,13 @@ from __future__ import annotations
 import fnmatch
 import json
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpupoolctl.cli.console import notice, warn
+from gpupoolctl.cli.handles import open_ledger
 from gpupoolctl.cli.render import Column, emit
 from gpupoolctl.cli.settings import MEM_HELP, OutputFormat, Settings
 from gpupoolctl.errors import ExitCode, GpupoolError, UsageError
@@ -31,15 +33,6 @@ def register(app: typer.Typer) -> None:
     app.command("alloc")(alloc)
     app.command("release")(release)
     app.add_typer(ledger_app, name="ledger")
-
-
-def open_ledger(settings: Settings) -> Ledger:
-    from gpupoolctl.ledger import Ledger
-
-    def waiting(message: str) -> None:
-        notice(message, quiet=settings.quiet)
-
-    return Ledger.from_env(settings.ledger, on_lock_wait=waiting)
 
 
 def record_slices_of(settings: Settings, targets: list[Any]) -> list[Any]:
@@ -156,6 +149,15 @@ def pool(
             "--summary", help="One line per node: slices, free, held, free memory and shapes."
         ),
     ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            metavar="FILE",
+            help="Also write the pool as one self-contained page (no external assets): the "
+            "view `top` draws, for mail or a status page.",
+        ),
+    ] = None,
 ) -> None:
     """Slices of the pool, free or held and by whom, per node.
 
@@ -223,6 +225,8 @@ def pool(
                 Column("holders", "HELD BY"),
             ),
         )
+    if html is not None:
+        _write_pool_page(settings, html, host)
     for orphan in data["orphans"]:
         warn(orphan["message"])
     for result in failed:
@@ -231,6 +235,19 @@ def pool(
         notice("the ledger knows no slices yet", quiet=settings.quiet)
     if failed:
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
+
+
+def _write_pool_page(settings: Settings, path: Path, host: str | None) -> None:
+    from gpupoolctl.atomic import write_file
+    from gpupoolctl.board.frame import Filter
+    from gpupoolctl.board.html import frame_page
+    from gpupoolctl.cli.top_source import FrameSource
+
+    frame = FrameSource(settings, None).frame(Filter.parse(f"host={host}" if host else ""))
+    # 0644: the page shows what `pool` shows anyone who may read the ledger, and is meant
+    # to be shared.
+    write_file(path, frame_page(frame), mode=0o644, what="the pool page")
+    notice(f"pool page written to {path}", quiet=settings.quiet)
 
 
 SUMMARY_COLUMNS = (

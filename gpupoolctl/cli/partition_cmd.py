@@ -373,7 +373,7 @@ def _execute(
 
 def _keep_held_gpus(settings: Settings, plans: list[HostPlan]) -> list[str]:
     """Drop the changes to GPUs whose slices the ledger says are held; say which."""
-    from gpupoolctl.cli.ledger_cmd import open_ledger
+    from gpupoolctl.cli.handles import open_ledger
     from gpupoolctl.partition.guard import held_gpus, keep_held_gpus
 
     ledger = open_ledger(settings)
@@ -386,7 +386,7 @@ def _keep_held_gpus(settings: Settings, plans: list[HostPlan]) -> list[str]:
 def _refresh_ledger_slices(settings: Settings, changed: list[HostFacts]) -> None:
     """After a change, record the hosts' new slices, so that nothing is placed on a slice
     that is gone (only where a ledger is kept: partitioning does not start one)."""
-    from gpupoolctl.cli.ledger_cmd import open_ledger
+    from gpupoolctl.cli.handles import open_ledger
 
     ledger = open_ledger(settings)
     if not changed or not ledger.path.exists():

@@ -61,7 +61,7 @@ def quota(
     teams; 2 when --at is not a time.
     """
     settings: Settings = ctx.obj
-    from gpupoolctl.cli.ledger_cmd import open_ledger
+    from gpupoolctl.cli.handles import open_ledger
     from gpupoolctl.errors import GpupoolError, SourceError
     from gpupoolctl.jobs.teams import quota_report
     from gpupoolctl.ledger.units import format_ts, parse_ts

@@ -27,6 +27,12 @@ COMMANDS = (
         "Slices of the pool, free or held and by whom, per node.",
     ),
     LazyCommand(
+        "top",
+        "gpupoolctl.cli.top_cmd",
+        "The whole pool in one live view: each node's GPUs drawn as their slices, the running "
+        "jobs, the queue with why each entry waits, recent events and utilization.",
+    ),
+    LazyCommand(
         "alloc",
         "gpupoolctl.cli.ledger_cmd",
         "Hold free slice(s) by hand and print the allocation id.",

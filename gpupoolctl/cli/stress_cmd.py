@@ -80,7 +80,7 @@ def _scenario(scenario_file: Path | None, overrides: dict[str, Any]) -> Scenario
 
 def _pool_backend(settings: Settings, scenario: Scenario) -> Backend:
     from gpupoolctl.cli import pool
-    from gpupoolctl.cli.ledger_cmd import open_ledger
+    from gpupoolctl.cli.handles import open_ledger
     from gpupoolctl.ledger import current_user
     from gpupoolctl.policy import resolve_policy
     from gpupoolctl.stress.backend import job_spec

@@ -76,7 +76,7 @@ def usage(
     Read from the journal and every archive, so compaction loses nothing; when the oldest
     archives are gone, usage before the snapshot's seq is unknown (a warning says so).
     """
-    from gpupoolctl.cli.ledger_cmd import open_ledger
+    from gpupoolctl.cli.handles import open_ledger
     from gpupoolctl.ledger.units import format_ts, parse_since, parse_ts
     from gpupoolctl.ledger.usage import check_by, measure
 

@@ -220,10 +220,19 @@ class Ledger:
         self._lock = FileLock(self.paths.lock, on_wait=on_lock_wait)
         self._watermark = watermark.Watermark(self.paths)
         self._loaded: replay.Loaded | None = None
+        # Set by follow() for a reader that follows the ledger; None for everyone else.
+        self.observe: replay.Observer | None = None
 
     @property
     def path(self) -> Path:
         return self.paths.journal
+
+    def follow(self, observe: replay.Observer) -> None:
+        """Tell `observe` of every record from the next read on: that read replays the
+        snapshot and journal (the observer hears all of the journal), later ones only what
+        was appended since."""
+        self.observe = observe
+        self._loaded = None
 
     def close(self) -> None:
         self._lock.close()
@@ -247,7 +256,7 @@ class Ledger:
 
     def _refresh(self, fd: int | None) -> replay.Loaded:
         try:
-            self._loaded = replay.refresh(self._loaded, self.paths, fd)
+            self._loaded = replay.refresh(self._loaded, self.paths, fd, self.observe)
         except BaseException:
             self._loaded = None
             raise

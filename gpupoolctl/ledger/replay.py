@@ -8,6 +8,7 @@ repair) or when damage was seen.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,10 @@ from gpupoolctl.ledger.paths import LedgerPaths
 from gpupoolctl.ledger.state import State
 
 Ident = tuple[Any, ...]
+# Told of every record just before it is applied, with the state as it was then: how a live
+# view (`gpupoolctl top`) follows the ledger without parsing the journal a second time. A
+# full reload (compaction, repair, a cut tail) starts again from a new State and tells again.
+Observer = Callable[[dict[str, Any], State], None]
 
 CRASH_TAIL = (
     "damaged after the last write known to be synced: left by an interrupted writer before "
@@ -58,15 +63,31 @@ def _ident(paths: LedgerPaths, fd: int | None) -> tuple[Ident, int]:
     return (*journal_part, *snap_part), size
 
 
-def load(paths: LedgerPaths, fd: int | None) -> Loaded:
+def load(paths: LedgerPaths, fd: int | None, observe: Observer | None = None) -> Loaded:
     """Read everything: the snapshot (LedgerDamaged if its checksum fails) and the journal.
 
     Damage above the durable watermark (see watermark.py) is the unacknowledged tail a
     crash left: it comes back as `scan.torn`, with the state of the records before it."""
-    return _settled(_load(paths, fd), paths, fd)
+    return _settled(_load(paths, fd, observe=observe), paths, fd, observe)
 
 
-def _load(paths: LedgerPaths, fd: int | None, stop: int | None = None) -> Loaded:
+def _applier(state: State, observe: Observer | None) -> Callable[[dict[str, Any], int, int], None]:
+    if observe is None:
+        return lambda record, _line, _offset: state.apply(record)
+
+    def apply(record: dict[str, Any], _line: int, _offset: int) -> None:
+        observe(record, state)
+        state.apply(record)
+
+    return apply
+
+
+def _load(
+    paths: LedgerPaths,
+    fd: int | None,
+    stop: int | None = None,
+    observe: Observer | None = None,
+) -> Loaded:
     ident, size = _ident(paths, fd)
     snap = snapshot.read(paths)
     state = State.from_dict(snap.state) if snap else State()
@@ -80,7 +101,7 @@ def _load(paths: LedgerPaths, fd: int | None, stop: int | None = None) -> Loaded
                 journal.iter_lines(stream, 0, stop),
                 last_seq=base,
                 snapshot_seq=base,
-                on_record=lambda record, _line, _offset: state.apply(record),
+                on_record=_applier(state, observe),
             )
     return Loaded(state=state, snap=snap, scan=scan, ident=ident, size=size)
 
@@ -100,7 +121,9 @@ def crash_tail_start(
     return None if durable is None or first < durable else first
 
 
-def _settled(loaded: Loaded, paths: LedgerPaths, fd: int | None) -> Loaded:
+def _settled(
+    loaded: Loaded, paths: LedgerPaths, fd: int | None, observe: Observer | None = None
+) -> Loaded:
     """`loaded`, or where its first damage lies above the watermark, the journal read up to
     that damage with the rest as a torn tail (the next writer cuts it)."""
     if fd is None or not loaded.damaged:
@@ -108,13 +131,18 @@ def _settled(loaded: Loaded, paths: LedgerPaths, fd: int | None) -> Loaded:
     first = crash_tail_start(paths, fd, loaded.scan, loaded.snapshot_seq)
     if first is None:
         return loaded
-    cut = _load(paths, fd, stop=first)
+    cut = _load(paths, fd, stop=first, observe=observe)
     scan = cut.scan
     scan.torn = journal.Torn(scan.lines + 1, scan.end, -1, CRASH_TAIL)
     return cut
 
 
-def refresh(loaded: Loaded | None, paths: LedgerPaths, fd: int | None) -> Loaded:
+def refresh(
+    loaded: Loaded | None,
+    paths: LedgerPaths,
+    fd: int | None,
+    observe: Observer | None = None,
+) -> Loaded:
     """Bring `loaded` up to date with the files, reading only what was appended if possible."""
     ident, size = _ident(paths, fd)
     if (
@@ -124,7 +152,7 @@ def refresh(loaded: Loaded | None, paths: LedgerPaths, fd: int | None) -> Loaded
         or size < loaded.scan.end
         or loaded.damaged
     ):
-        return load(paths, fd)
+        return load(paths, fd, observe)
     if size == loaded.scan.end:
         loaded.scan.torn = None
         loaded.size = size
@@ -137,7 +165,7 @@ def refresh(loaded: Loaded | None, paths: LedgerPaths, fd: int | None) -> Loaded
         line0=loaded.scan.lines,
         last_seq=loaded.scan.last_seq,
         snapshot_seq=loaded.snapshot_seq,
-        on_record=lambda record, _line, _offset: state.apply(record),
+        on_record=_applier(state, observe),
     )
     old = loaded.scan
     old.declared.extend(more.declared)
@@ -154,4 +182,4 @@ def refresh(loaded: Loaded | None, paths: LedgerPaths, fd: int | None) -> Loaded
     old.last_ts = more.last_ts or old.last_ts
     old.end, old.lines, old.last_seq = more.end, more.lines, more.last_seq
     loaded.size = size
-    return _settled(loaded, paths, fd)
+    return _settled(loaded, paths, fd, observe)

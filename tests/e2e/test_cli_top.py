@@ -1,0 +1,161 @@
+"""`top --once`, `top -o json`, `pool --html` end to end on the bundled simulated pool:
+the content a person or a script reads (hosts, slices, states, jobs, events), checked
+against what `pool` and `jobs` say, not against a saved copy."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+
+import pytest
+
+PY = sys.executable
+SLEEP = ["--", PY, "-c", "import time; time.sleep(60)"]
+DRAINED = "dxb-l40s-01"
+
+
+@pytest.fixture
+def busy_pool(jobs_cli):
+    """The bundled pool with one small job running, one whole-node job queued behind a
+    drained node, and that drain."""
+    assert jobs_cli("-q", "pool").code == 0
+    small = jobs_cli("-q", "submit", "--mem", "10G", *SLEEP)
+    assert small.code == 0, small.stderr
+    assert jobs_cli("-q", "drain", DRAINED, "--reason", "PSU swap").code == 0
+    big = jobs_cli("-q", "submit", "--host", DRAINED, "--gpus", "4", *SLEEP)
+    assert big.code == 0, big.stderr
+    return jobs_cli, small.stdout.strip(), big.stdout.strip()
+
+
+def pool_json(cli) -> dict:
+    run = cli("-q", "pool", "--no-refresh", "-o", "json")
+    assert run.code == 0, run.stderr
+    return run.json()
+
+
+def test_top_once_shows_what_pool_and_jobs_say(busy_pool) -> None:
+    cli, small, big = busy_pool
+    run = cli("-q", "top", "--once")
+    assert run.code == 0, run.stderr
+    text = run.stdout
+    pool = pool_json(cli)
+    for node in pool["nodes"]:
+        assert f"  {node['host']}  " in text, node["host"]
+    held = [s for n in pool["nodes"] for s in n["slices"] if s["state"] == "held"]
+    assert len(held) == 1 and f"{held[0]['host']}" in text
+    assert f"{DRAINED}  drained: PSU swap" in text
+    running = text.split("RUNNING (1)")[1].split("QUEUE")[0]
+    assert small in running and held[0]["slice"] in running
+    queue = text.split("QUEUE (1, head)")[1].split("EVENTS")[0]
+    assert big in queue and "4 x gpu" in queue
+    jobs = {j["id"]: j for j in cli("-q", "jobs", "--no-refresh", "-o", "json").json()}
+    assert jobs[big]["reason"] and jobs[big]["reason"] in queue  # the scheduler's own words
+    events = text.split("EVENTS (newest last)")[1]
+    assert f"drained {DRAINED}: PSU swap" in events and f"{small} (" in events
+    # Not a terminal and no --once: the same one frame, never a live screen.
+    piped = cli("-q", "top")
+    assert piped.code == 0 and "\x1b[" not in piped.stdout and "RUNNING (1)" in piped.stdout
+
+
+def test_top_once_json_carries_every_slice_with_its_state(busy_pool) -> None:
+    cli, small, big = busy_pool
+    run = cli("-q", "top", "--once", "-o", "json")
+    assert run.code == 0, run.stderr
+    frame = run.json()
+    drawn = {
+        s["id"]: s["state"]
+        for site in frame["sites"]
+        for node in site["nodes"]
+        for gpu in node["gpus"]
+        for s in gpu["slices"]
+    }
+    pool = pool_json(cli)
+    assert drawn == {s["slice"]: s["state"] for n in pool["nodes"] for s in n["slices"]}
+    assert [j["id"] for j in frame["jobs"]] == [small]
+    assert [q["id"] for q in frame["queue"]] == [big]
+    assert frame["totals"]["queued"] == 1 and frame["totals"]["down"] == 4
+    assert {s["site"] for s in frame["sites"]} == {"dubai", "singapore"}
+
+
+class Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gpus: dict[str, str] = {}
+        self.external: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if values.get("data-gpu"):
+            self.gpus[str(values["data-gpu"])] = str(values.get("data-state"))
+        self.external += [str(values[k]) for k in ("src", "href") if values.get(k)]
+        if tag in ("script", "link", "img"):
+            self.external.append(tag)
+
+
+def test_pool_html_writes_one_self_contained_page_of_every_gpu(busy_pool, tmp_path) -> None:
+    cli, small, _ = busy_pool
+    out = tmp_path / "status" / "pool.html"
+    out.parent.mkdir()
+    run = cli("-q", "pool", "--no-refresh", "--html", str(out))
+    assert run.code == 0, run.stderr
+    assert out.stat().st_mode & 0o777 == 0o644
+    page = Page()
+    page.feed(out.read_text())
+    pool = pool_json(cli)
+    cards = {s["slice"].split("/mig-")[0] for n in pool["nodes"] for s in n["slices"]}
+    assert set(page.gpus) == cards
+    assert {k for k, v in page.gpus.items() if v == "drained"} == {
+        c for c in cards if c.startswith(DRAINED)
+    }
+    assert page.external == []
+    assert small in out.read_text()
+    # A folder that is not there: one line naming it, exit 1, nothing half-written.
+    bad = cli("-q", "pool", "--no-refresh", "--html", str(tmp_path / "nope" / "p.html"))
+    assert bad.code == 1 and bad.stderr.count("\n") == 1 and "nope" in bad.stderr
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium (Debian's chromium) is not installed")
+def test_the_pool_page_renders_in_a_headless_browser(busy_pool, tmp_path) -> None:
+    from PIL import Image
+
+    cli, _, _ = busy_pool
+    out = tmp_path / "pool.html"
+    assert cli("-q", "pool", "--no-refresh", "--html", str(out)).code == 0
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,1600",
+         f"--screenshot={shot}", out.as_uri()],
+        capture_output=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert shot.exists(), "Chromium wrote no screenshot"
+    image = Image.open(shot).convert("RGB")
+    assert image.size == (1200, 1600)
+    colours = {rgb for _, rgb in image.resize((120, 160)).getcolors(maxcolors=1 << 16) or []}
+    # The slices' fills (held orange, free green, drained grey) and text: a drawn page,
+    # not a blank or an error page.
+    near = lambda rgb, target: sum(abs(a - b) for a, b in zip(rgb, target, strict=True)) < 40  # noqa: E731
+    assert any(near(c, (0xC9, 0xE7, 0xC1)) for c in colours), "no free (green) slice drawn"
+    assert any(near(c, (0xF4, 0xB1, 0x83)) for c in colours), "no held (orange) slice drawn"
+    assert len(colours) > 20
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--interval", "0s"], "--interval"),
+        (["--interval", "soon"], "--interval"),
+        (["--facts", "0.2s"], "--facts"),
+        (["--filter", "colour=red"], "host=, owner= or team="),
+    ],
+)
+def test_bad_top_options_are_one_line_and_exit_2(cli, args, words) -> None:
+    run = cli("-q", "top", "--once", *args)
+    assert run.code == 2, run.stderr
+    assert words in run.stderr and run.stderr.count("\n") == 1, run.stderr
+    assert "Traceback" not in run.stderr
