@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpupoolctl.board.events import Event, describe
+from gpupoolctl.board.frame import Touched
 from gpupoolctl.errors import UsageError
 from gpupoolctl.ledger import Ledger, View
 from gpupoolctl.ledger.state import State
@@ -54,17 +55,28 @@ class Follower:
         self._last_seq = 0
         self._last_bucket: int | None = None
         self._since = self._bucket(clock()) - WINDOW_S // BUCKET_S
+        self._touched = Touched(everything=True)
+        self._state: State | None = None
         ledger.follow(self._observe)
 
     def poll(self) -> View:
         """The ledger's current view; new records since the last poll become events."""
         view = self.ledger.read()
+        if view.state is not self._state:  # a reload: a new State, every row drawn again
+            self._state = view.state
+            self._touched.everything = True
         if view.state.seq < self._last_seq:  # replaced by an older copy (restored backup)
             self._last_seq = view.state.seq
             self.events = deque(
                 (e for e in self.events if e.seq <= view.state.seq), maxlen=self.events.maxlen
             )
         return view
+
+    def take_touched(self) -> Touched:
+        """What the records since the last call touched (for FrameBuilder), and start
+        counting again."""
+        touched, self._touched = self._touched, Touched()
+        return touched
 
     def utilization(self, view: View) -> list[float | None]:
         """Held fraction per minute of the last hour, oldest first, the last one now. A
@@ -103,6 +115,7 @@ class Follower:
             # of the record before it.
             self._samples[last] = held_fraction(state, _end_of(last))
         self._last_bucket = bucket
+        _touch(self._touched, record, state)
         event = describe(record, state)
         if event is not None:
             self.events.append(event)
@@ -114,3 +127,36 @@ class Follower:
 
 def _end_of(bucket: int) -> str:
     return format_ts(datetime.fromtimestamp((bucket + 1) * BUCKET_S - 0.001, tz=UTC))
+
+
+def _touch(touched: Touched, record: dict[str, Any], state: State) -> None:
+    """Note the hosts a record changes (the state is as it was before it)."""
+    op, data = record.get("op"), record.get("data") or {}
+    hosts = touched.hosts
+
+    def of_slices(ids: Any) -> None:
+        hosts.update(str(s).split("/", 1)[0] for s in ids or ())
+
+    if op == "slices":
+        touched.slices = True
+        hosts.update(str(h) for h in data.get("hosts") or ())  # the hosts it refreshes
+    elif op == "alloc":
+        of_slices(data.get("slices"))
+    elif op in ("release", "expire"):
+        for alloc_id in data.get("ids") or [data.get("id")]:
+            alloc = state.allocations.get(str(alloc_id))
+            of_slices(alloc.slices if alloc else ())
+    elif op == "job":
+        # A job's id labels the slices it holds: the hosts it is placed on change.
+        old = state.jobs.get(str(data.get("id"))) or {}
+        for job in (data, old):
+            of_slices((job.get("placement") or {}).get("slices"))
+            for node in job.get("nodes") or ():
+                hosts.add(str(node.get("host")))
+    elif op in ("drain", "reshape", "host"):
+        target = data.get("target") or data.get("host") or data.get("gpu") or ""
+        hosts.add(str(target).split("/", 1)[0])
+    elif op in ("enqueue", "dequeue", "fence"):
+        pass  # the queue and fences are drawn from the state every frame
+    else:
+        touched.everything = True  # repair, or an op this version does not know

@@ -13,11 +13,14 @@ import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from gpupoolctl.board.events import Event
 from gpupoolctl.errors import UsageError
-from gpupoolctl.ledger.state import State, card_key, seconds_between
+from gpupoolctl.ledger.state import JOB_HOLDING, State, card_key
+from gpupoolctl.ledger.units import parse_ts
 
 # GPU states, worst first: the one a card is drawn in.
 GPU_STATES = ("lost", "failed", "drained", "re-cutting", "busy", "partly held", "free")
@@ -60,8 +63,8 @@ class NodeRow:
     gpus: tuple[GpuCell, ...]
 
 
-@dataclass(frozen=True)
-class JobRow:
+@dataclass(slots=True)
+class JobRow:  # not frozen: a live view keeps the row and moves only its age
     id: str
     owner: str
     team: str | None
@@ -158,65 +161,184 @@ class Filter:
         return True
 
 
-def build_frame(
-    state: State,
-    now: str,
-    *,
-    waiting: Mapping[str, str] | None = None,
-    events: Sequence[Event] = (),
-    utilization: Sequence[float | None] = (),
-    facts: Mapping[str, Mapping[str, Any]] | None = None,
-    facts_age_s: float | None = None,
-    filter: Filter | None = None,
-    warnings: Sequence[str] = (),
-    queue_head: int = 50,
-    event_count: int = 50,
-) -> Frame:
-    """The frame for `state` at `now`. `facts`: host -> that host's facts (from `facts`),
-    for memory in use, utilization and temperature; without it those stay None."""
-    chosen = filter or Filter()
-    teams_of = _alloc_teams(state)
-    by_host = _slices_by_host(state)
-    sites: dict[str, list[NodeRow]] = {}
-    hidden = 0
-    totals = _Counting()
-    for host in sorted(by_host, key=_natural):
-        node = _node_row(state, now, host, by_host[host], teams_of, (facts or {}).get(host))
-        holders = {s.owner for g in node.gpus for s in g.slices if s.owner}
-        teams = {s.team for g in node.gpus for s in g.slices if s.team}
-        if not chosen.admits([host], holders, teams):
-            hidden += 1
-            continue
-        totals.add(node)
-        sites.setdefault(node.site, []).append(node)
-    jobs = tuple(
-        job
-        for job in _job_rows(state, now)
-        if chosen.admits(job.hosts, [job.owner], [job.team] if job.team else [])
+@dataclass
+class Touched:
+    """What changed in the ledger since the last frame, as the follower heard it: the hosts
+    whose slices, holds, drains or health moved; `everything` after a reload or a record
+    whose reach is not known."""
+
+    hosts: set[str] = field(default_factory=set)
+    everything: bool = False
+    slices: bool = False  # a `slices` record: hosts or cards may have come or gone
+
+
+@dataclass
+class _CachedNode:
+    row: NodeRow
+    facts: Any  # the facts object the row was drawn with (identity: new facts, new row)
+    until: str | None  # the earliest expiry of a hold on it: the row is stale from then
+    owners: frozenset[str]
+    teams: frozenset[str]
+    counts: tuple[int, ...]  # its share of Totals, in _COUNTED order
+
+
+_COUNTED = ("gpus", "slices", "free", "held", "memory_mib", "held_mib", "down")
+
+
+class FrameBuilder:
+    """Frames for a live view: a node's row is kept from one frame to the next unless the
+    ledger touched that host, its facts changed or one of its holds expired, so a frame of
+    a large pool costs what changed, not the pool. `touched=None` draws everything anew
+    (what build_frame does)."""
+
+    def __init__(self) -> None:
+        self._state: State | None = None
+        self._by_host: dict[str, list[dict[str, Any]]] = {}
+        self._order: list[str] = []
+        self._nodes: dict[str, _CachedNode] = {}
+        self._jobs: dict[str, tuple[int, JobRow]] = {}
+
+    def frame(
+        self,
+        state: State,
+        now: str,
+        *,
+        touched: Touched | None = None,
+        waiting: Mapping[str, str] | None = None,
+        events: Sequence[Event] = (),
+        utilization: Sequence[float | None] = (),
+        facts: Mapping[str, Mapping[str, Any]] | None = None,
+        facts_age_s: float | None = None,
+        filter: Filter | None = None,
+        warnings: Sequence[str] = (),
+        queue_head: int = 50,
+        event_count: int = 50,
+    ) -> Frame:
+        """The frame for `state` at `now`. `facts`: host -> that host's facts (from
+        `facts`), for memory in use, utilization and temperature; without it those stay
+        None."""
+        chosen = filter or Filter()
+        facts = facts or {}
+        dirty = self._dirty(state, touched)
+        holders: _Holders | None = None
+        sites: dict[str, list[NodeRow]] = {}
+        hidden = 0
+        sums = [0] * len(_COUNTED)
+        for host in self._order:
+            cached = self._nodes.get(host)
+            host_facts = facts.get(host)
+            if (
+                cached is None
+                or host in dirty
+                or cached.facts is not host_facts
+                or (cached.until is not None and now >= cached.until)
+            ):
+                holders = holders or _Holders.of(state)
+                row = _node_row(state, now, host, self._by_host[host], holders, host_facts)
+                cached = _cache(state, row, self._by_host[host], host_facts)
+                self._nodes[host] = cached
+            if not chosen.admits([host], cached.owners, cached.teams):
+                hidden += 1
+                continue
+            sums = [a + b for a, b in zip(sums, cached.counts, strict=True)]
+            sites.setdefault(cached.row.site, []).append(cached.row)
+        jobs = tuple(
+            job
+            for job in self._job_rows(state, now)
+            if chosen.admits(job.hosts, [job.owner], [job.team] if job.team else [])
+        )
+        queue = tuple(
+            row
+            for row in _queue_rows(state, now, waiting or {})
+            if chosen.admits([], [row.owner], [row.team] if row.team else [])
+        )
+        shown_events = [
+            e
+            for e in events
+            if chosen.admits([e.host] if e.host else [], [e.owner] if e.owner else [], [])
+        ]
+        counted = dict(zip(_COUNTED, sums, strict=True))
+        nodes = sum(len(v) for v in sites.values())
+        return Frame(
+            now=now,
+            seq=state.seq,
+            sites=tuple((site, tuple(rows)) for site, rows in sorted(sites.items())),
+            jobs=jobs,
+            queue=queue[:queue_head],
+            events=tuple(shown_events[-event_count:]),
+            utilization=tuple(utilization),
+            totals=Totals(nodes=nodes, running=len(jobs), queued=len(queue), **counted),
+            filter=chosen.text,
+            hidden_nodes=hidden,
+            facts_age_s=facts_age_s,
+            warnings=tuple(warnings),
+        )
+
+    def _dirty(self, state: State, touched: Touched | None) -> set[str]:
+        """The hosts to draw again; everything is forgotten on a new state or an unknown
+        change."""
+        if touched is None or touched.everything or state is not self._state:
+            self._state = state
+            self._nodes.clear()
+            self._jobs.clear()
+            self._index(state)
+            return set()  # nothing is cached: every row is drawn anyway
+        if touched.slices:
+            self._index(state)
+            for gone in set(self._nodes) - set(self._by_host):
+                del self._nodes[gone]
+        return touched.hosts
+
+    def _index(self, state: State) -> None:
+        self._by_host = _slices_by_host(state)
+        self._order = sorted(self._by_host, key=_natural)
+
+    def _job_rows(self, state: State, now: str) -> list[JobRow]:
+        """As _job_rows, keeping each job's row while its record is the same object (the
+        state replaces a job's dict on every change) and only its age moves."""
+        rows = []
+        kept: dict[str, tuple[int, JobRow]] = {}
+        for job in state.jobs.values():
+            if job.get("state") == "queued":
+                continue  # shown in the queue
+            job_id = str(job["id"])
+            old = self._jobs.get(job_id)
+            row = old[1] if old is not None and old[0] == id(job) else _job_row(job)
+            row.age_s = _age(job.get("created"), now)
+            kept[job_id] = (id(job), row)
+            rows.append(row)
+        self._jobs = kept
+        return sorted(rows, key=lambda r: _natural(r.id))
+
+
+def build_frame(state: State, now: str, **inputs: Any) -> Frame:
+    """One frame drawn from nothing (see FrameBuilder.frame for the inputs)."""
+    return FrameBuilder().frame(state, now, **inputs)
+
+
+def _cache(state: State, row: NodeRow, entries: list[dict[str, Any]], facts: Any) -> _CachedNode:
+    until = None
+    for entry in entries:
+        alloc = state.allocations.get(state.holders.get(str(entry["id"])) or "")
+        if alloc is not None and alloc.expires and (until is None or alloc.expires < until):
+            until = alloc.expires
+    cells = [s for g in row.gpus for s in g.slices]
+    counts = (
+        len(row.gpus),
+        len(cells),
+        sum(s.state == "free" for s in cells),
+        sum(s.state == "held" for s in cells),
+        sum(g.memory_mib for g in row.gpus),
+        sum(g.held_mib for g in row.gpus),
+        sum(g.state in ("lost", "failed", "drained") for g in row.gpus),
     )
-    queue = tuple(
-        row
-        for row in _queue_rows(state, now, waiting or {})
-        if chosen.admits([], [row.owner], [row.team] if row.team else [])
-    )
-    shown_events = [
-        e
-        for e in events
-        if chosen.admits([e.host] if e.host else [], [e.owner] if e.owner else [], [])
-    ]
-    return Frame(
-        now=now,
-        seq=state.seq,
-        sites=tuple((site, tuple(nodes)) for site, nodes in sorted(sites.items())),
-        jobs=jobs,
-        queue=queue[:queue_head],
-        events=tuple(shown_events[-event_count:]),
-        utilization=tuple(utilization),
-        totals=totals.frozen(running=len(jobs), queued=len(queue)),
-        filter=chosen.text,
-        hidden_nodes=hidden,
-        facts_age_s=facts_age_s,
-        warnings=tuple(warnings),
+    return _CachedNode(
+        row,
+        facts,
+        until,
+        frozenset(s.owner for s in cells if s.owner),
+        frozenset(s.team for s in cells if s.team),
+        counts,
     )
 
 
@@ -232,10 +354,24 @@ def _slices_by_host(state: State) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _alloc_teams(state: State) -> dict[str, str]:
-    return {
-        k: str(a.request["team"]) for k, a in state.allocations.items() if a.request.get("team")
-    }
+@dataclass(frozen=True)
+class _Holders:
+    """Per allocation id: its team, and the pending or running job it is the placement of
+    (State.job_holding's answer for every allocation at once: one pass, not one per slice)."""
+
+    teams: dict[str, str]
+    jobs: dict[str, str]
+
+    @classmethod
+    def of(cls, state: State) -> _Holders:
+        teams = {k: str(a.request["team"]) for k, a in state.allocations.items()
+                 if a.request.get("team")}  # fmt: skip
+        jobs = {
+            str(job["alloc"]): str(job["id"])
+            for job in state.jobs.values()
+            if job.get("alloc") and job.get("state") in JOB_HOLDING
+        }
+        return cls(teams, jobs)
 
 
 def _node_row(
@@ -243,7 +379,7 @@ def _node_row(
     now: str,
     host: str,
     entries: list[dict[str, Any]],
-    teams_of: Mapping[str, str],
+    holders: _Holders,
     facts: Mapping[str, Any] | None,
 ) -> NodeRow:
     site = next((str(e["site"]) for e in entries if e.get("site")), "") or "-"
@@ -260,7 +396,7 @@ def _node_row(
         cards.setdefault(card_key(entry) or str(entry["id"]), []).append(entry)
     gpu_facts = _gpu_facts(facts)
     gpus = tuple(
-        _gpu_cell(state, now, key, cards[key], teams_of, node_state, gpu_facts)
+        _gpu_cell(state, now, key, cards[key], holders, node_state, gpu_facts)
         for key in sorted(cards, key=_natural)
     )
     return NodeRow(host, site, node_state, reason, gpus)
@@ -277,14 +413,14 @@ def _gpu_cell(
     now: str,
     key: str,
     entries: list[dict[str, Any]],
-    teams_of: Mapping[str, str],
+    holders: _Holders,
     node_state: str,
     gpu_facts: Mapping[int, Mapping[str, Any]],
 ) -> GpuCell:
     entries = sorted(entries, key=lambda e: _natural(str(e["id"])))
     first = entries[0] if entries else {}
     index = first.get("gpu")
-    slices = tuple(_slice_cell(state, now, e, teams_of) for e in entries)
+    slices = tuple(_slice_cell(state, now, e, holders) for e in entries)
     facts = gpu_facts.get(int(index)) if index is not None else None
     memory = sum(s.memory_mib for s in slices)
     if facts and facts.get("memory_total_mib"):
@@ -327,9 +463,7 @@ def _gpu_cell(
     )
 
 
-def _slice_cell(
-    state: State, now: str, entry: dict[str, Any], teams_of: Mapping[str, str]
-) -> SliceCell:
+def _slice_cell(state: State, now: str, entry: dict[str, Any], holders: _Holders) -> SliceCell:
     slice_id = str(entry["id"])
     holder = state.holder(slice_id, now) if slice_id in state.holders else None
     label = str(
@@ -339,15 +473,14 @@ def _slice_cell(
         return SliceCell(
             slice_id, label, int(entry.get("memory_mib") or 0), state.slice_state(slice_id, now)
         )
-    job = state.job_holding(holder.id)
     return SliceCell(
         slice_id,
         label,
         int(entry.get("memory_mib") or 0),
         "held",
         holder.owner,
-        str(job["id"]) if job else holder.id,
-        teams_of.get(holder.id),
+        holders.jobs.get(holder.id, holder.id),
+        holders.teams.get(holder.id),
     )
 
 
@@ -359,30 +492,21 @@ def _number(source: Mapping[str, Any] | None, key: str) -> Any:
 # -- jobs and queue -------------------------------------------------------------------------
 
 
-def _job_rows(state: State, now: str) -> list[JobRow]:
-    rows = []
-    for job in state.jobs.values():
-        if job.get("state") == "queued":
-            continue  # shown in the queue
-        nodes = job.get("nodes") or []
-        placement = job.get("placement") or {}
-        slices = [s for n in nodes for s in n.get("slices", [])] or list(
-            placement.get("slices") or []
-        )
-        hosts = [str(n["host"]) for n in nodes] or [str(h) for h in placement.get("hosts") or []]
-        rows.append(
-            JobRow(
-                id=str(job["id"]),
-                owner=str(job.get("owner") or "?"),
-                team=_team(job.get("request")),
-                state=str(job.get("state")),
-                name=job.get("name"),
-                hosts=tuple(hosts),
-                slices=tuple(str(s) for s in slices),
-                age_s=_age(job.get("created"), now),
-            )
-        )
-    return sorted(rows, key=lambda r: _natural(r.id))
+def _job_row(job: dict[str, Any]) -> JobRow:
+    nodes = job.get("nodes") or []
+    placement = job.get("placement") or {}
+    slices = [s for n in nodes for s in n.get("slices", [])] or list(placement.get("slices") or [])
+    hosts = [str(n["host"]) for n in nodes] or [str(h) for h in placement.get("hosts") or []]
+    return JobRow(
+        id=str(job["id"]),
+        owner=str(job.get("owner") or "?"),
+        team=_team(job.get("request")),
+        state=str(job.get("state")),
+        name=job.get("name"),
+        hosts=tuple(hosts),
+        slices=tuple(str(s) for s in slices),
+        age_s=None,
+    )
 
 
 def _queue_rows(state: State, now: str, waiting: Mapping[str, str]) -> list[QueueRow]:
@@ -423,31 +547,18 @@ def _age(ts: Any, now: str) -> float | None:
     if not ts:
         return None
     try:
-        return max(0.0, seconds_between(str(ts), now))
+        return max(0.0, (_moment(now) - _moment(str(ts))).total_seconds())
     except (UsageError, ValueError):  # an odd time from a foreign writer: no age, no crash
         return None
 
 
-class _Counting:
-    def __init__(self) -> None:
-        self.values: dict[str, int] = dict.fromkeys(Totals.__dataclass_fields__, 0)
-
-    def add(self, node: NodeRow) -> None:
-        v = self.values
-        v["nodes"] += 1
-        for gpu in node.gpus:
-            v["gpus"] += 1
-            v["down"] += gpu.state in ("lost", "failed", "drained")
-            v["memory_mib"] += gpu.memory_mib
-            v["held_mib"] += gpu.held_mib
-            for s in gpu.slices:
-                v["slices"] += 1
-                v["free"] += s.state == "free"
-                v["held"] += s.state == "held"
-
-    def frozen(self, **more: int) -> Totals:
-        return Totals(**{**self.values, **more})
+@lru_cache(maxsize=8192)
+def _moment(ts: str) -> datetime:
+    # The ledger's own times are fixed-width UTC ISO-8601: parsed once each, a frame asks
+    # the same ones again.
+    return parse_ts(ts)
 
 
+@lru_cache(maxsize=65536)
 def _natural(text: str) -> tuple[Any, ...]:
     return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(text))

@@ -94,7 +94,7 @@ def top(
             from gpupoolctl.cli.top_text import frame_text
 
             sys.stdout.write(frame_text(frame, _width()))
-        for line in source.facts_failed:
+        for line in source.facts_failed:  # also in the frame; stderr is what scripts read
             warn(f"{line} (its facts are not shown)")
         if source.facts_failed:
             raise typer.Exit(int(ExitCode.HOSTS_FAILED))

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gpupoolctl.board.events import Event
 from gpupoolctl.board.formats import (
     STATE_MARKS,
     age,
@@ -28,7 +29,7 @@ from gpupoolctl.board.formats import (
     short_model,
     slice_text,
 )
-from gpupoolctl.board.frame import Filter, Frame, GpuCell
+from gpupoolctl.board.frame import Filter, Frame, GpuCell, JobRow, NodeRow, QueueRow
 from gpupoolctl.cli.top_text import NARROW, header_lines
 from gpupoolctl.errors import ExitCode
 
@@ -126,6 +127,16 @@ class Ui:
     typing: str | None = None  # the filter being typed after `/`
     message: str | None = None  # a bad filter, said in the footer
     detail: str | None = None  # what enter opened: "job:j-3" or "gpu:host/gpu0"
+    # The panes' lines of the frame last drawn: keys redraw the same frame many times.
+    _lines: dict[str, tuple[list[tuple[str, Any]], list[int]]] = field(default_factory=dict)
+    _lines_of: Frame | None = None
+
+    def lines_of(self, frame: Frame, pane: str) -> tuple[list[tuple[str, Any]], list[int]]:
+        if frame is not self._lines_of:
+            self._lines, self._lines_of = {}, frame
+        if pane not in self._lines:
+            self._lines[pane] = pane_lines(frame, pane)
+        return self._lines[pane]
 
     def handle(self, key: str, frame: Frame) -> bool:
         """Apply one key; True when the view should end."""
@@ -169,7 +180,7 @@ class Ui:
 
     def _move(self, frame: Frame, step: int) -> None:
         pane = PANES[self.pane]
-        count = len(items(frame, pane))
+        count = len(self.lines_of(frame, pane)[1])
         self.selected[pane] = max(0, min(count - 1, self.selected[pane] + step))
 
     def _chosen(self, frame: Frame) -> str | None:
@@ -189,7 +200,7 @@ def items(frame: Frame, pane: str) -> list[str]:
         return [job.id for job in frame.jobs]
     if pane == "queue":
         return [row.id for row in frame.queue]
-    return [str(e.seq) for e in frame.events]
+    return []
 
 
 # -- drawing --------------------------------------------------------------------------------
@@ -202,7 +213,7 @@ def render(frame: Frame, ui: Ui, width: int, height: int, detail: Any = None) ->
 
     head = Text("\n".join(header_lines(frame)), no_wrap=True, overflow="ellipsis")
     root = Layout()
-    root.split_column(Layout(head, size=3), Layout(name="body"), Layout(_footer(ui), size=1))
+    root.split_column(Layout(head, size=3), Layout(name="body"), Layout(_footer(ui, frame), size=1))
     body_height = max(4, height - 4)
     if ui.detail is not None:
         kind, _, key = ui.detail.partition(":")
@@ -212,7 +223,7 @@ def render(frame: Frame, ui: Ui, width: int, height: int, detail: Any = None) ->
     narrow = width < NARROW
 
     def pane(name: str, size: int) -> Layout:
-        return Layout(_panel(_pane(frame, ui, name, narrow), ui, name, size), size=size)
+        return Layout(_panel(frame, ui, name, size, narrow), size=size)
 
     if narrow:  # one pane above the other, the nodes taking half
         sizes = _split(body_height, (3, 1, 1, 1))
@@ -221,7 +232,7 @@ def render(frame: Frame, ui: Ui, width: int, height: int, detail: Any = None) ->
         sizes = _split(body_height, (1, 1, 1))
         right = Layout()
         right.split_column(*(pane(n, s) for n, s in zip(PANES[1:], sizes, strict=True)))
-        nodes = Layout(_panel(_pane(frame, ui, "nodes", narrow), ui, "nodes", body_height))
+        nodes = Layout(_panel(frame, ui, "nodes", body_height, narrow))
         root["body"].split_row(Layout(nodes, ratio=3), Layout(right, ratio=2))
     return root
 
@@ -232,22 +243,55 @@ def _split(total: int, weights: tuple[int, ...]) -> list[int]:
     return sizes
 
 
-def _panel(lines: list[tuple[Any, bool]], ui: Ui, name: str, size: int) -> Any:
+def pane_lines(frame: Frame, name: str) -> tuple[list[tuple[str, Any]], list[int]]:
+    """A pane's lines as (kind, value), nothing drawn yet (a 1,000-node pool has ~9,000 GPU
+    lines, of which a screen shows fifty), and the line of each selectable item in
+    `items` order."""
+    lines: list[tuple[str, Any]] = []
+    positions: list[int] = []
+    if name == "nodes":
+        for site, nodes in frame.sites:
+            lines.append(("site", site))
+            for node in nodes:
+                lines.append(("node", node))
+                for gpu in node.gpus:
+                    positions.append(len(lines))
+                    lines.append(("gpu", gpu))
+        if frame.hidden_nodes:
+            lines.append(("hidden", frame.hidden_nodes))
+    elif name == "jobs":
+        lines = [("job", job) for job in frame.jobs]
+        positions = list(range(len(lines)))
+    elif name == "queue":
+        lines = [("queue", row) for row in frame.queue]
+        positions = list(range(len(lines)))
+    else:
+        lines = [("event", event) for event in frame.events]
+    return lines, positions
+
+
+def _panel(frame: Frame, ui: Ui, name: str, size: int, narrow: bool) -> Any:
     """A pane's lines, scrolled so that its selected line shows, in a titled border."""
     from rich.panel import Panel
     from rich.text import Text
 
+    lines, positions = ui.lines_of(frame, name)
+    focused = PANES[ui.pane] == name
     room = max(1, size - 2)
-    chosen = [i for i, (_, selected) in enumerate(lines) if selected]
+    chosen = None
+    if focused and positions:
+        chosen = positions[min(ui.selected[name], len(positions) - 1)]
     start = 0
-    if chosen and chosen[0] >= room:
-        start = chosen[0] - room + 1
+    if chosen is not None and chosen >= room:
+        start = chosen - room + 1
     if name == "events":
         start = max(0, len(lines) - room)  # newest last, and kept in view
-    shown = lines[start : start + room]
-    text = Text("\n").join(line for line, _ in shown) if shown else Text("none", style="dim")
+    shown = [
+        _draw(kind, value, narrow, start + i == chosen)
+        for i, (kind, value) in enumerate(lines[start : start + room])
+    ]
+    text = Text("\n").join(shown) if shown else Text("none", style="dim")
     text.no_wrap, text.overflow = True, "ellipsis"  # one line per item: scrolling counts lines
-    focused = PANES[ui.pane] == name
     more = len(lines) - len(shown)
     title = f"{name}" + (f" (+{more} more)" if more > 0 else "")
     return Panel(
@@ -259,51 +303,57 @@ def _panel(lines: list[tuple[Any, bool]], ui: Ui, name: str, size: int) -> Any:
     )
 
 
-def _pane(frame: Frame, ui: Ui, name: str, narrow: bool) -> list[tuple[Any, bool]]:
+def _draw(kind: str, value: Any, narrow: bool, selected: bool) -> Any:
     from rich.text import Text
 
-    picked = ui.selected[name]
-    focused = PANES[ui.pane] == name
-    lines: list[tuple[Any, bool]] = []
-    if name == "nodes":
-        index = 0
-        for site, nodes in frame.sites:
-            lines.append((Text(site, style="bold underline"), False))
-            for node in nodes:
-                status = node.state if node.reason is None else f"{node.state}: {node.reason}"
-                style = "bold" if node.state == "ok" else "bold red"
-                lines.append((Text(f" {node.host}  {status}", style=style), False))
-                for gpu in node.gpus:
-                    selected = focused and index == picked
-                    lines.append((_gpu_text(gpu, narrow, selected), selected))
-                    index += 1
-        if frame.hidden_nodes:
-            hidden = f"{frame.hidden_nodes} node(s) hidden by the filter"
-            lines.append((Text(hidden, style="dim"), False))
-        return lines
-    if name == "jobs":
-        for i, job in enumerate(frame.jobs):
-            selected = focused and i == picked
-            who = f"{job.owner}/{job.team}" if job.team else job.owner
-            text = f"{job.id:<7}{who:<14}{job.state:<8}{age(job.age_s):>5}  {','.join(job.hosts)}"
-            lines.append((Text(text, style="reverse" if selected else ""), selected))
-        return lines
-    if name == "queue":
-        for i, row in enumerate(frame.queue):
-            selected = focused and i == picked
-            who = f"{row.owner}/{row.team}" if row.team else row.owner
-            text = f"{row.id:<7}{who:<14}p{row.priority:<4}{age(row.waited_s):>5}  {row.want}"
-            line = Text(text, style="reverse" if selected else "")
-            if row.reason:
-                line.append(f"  {row.reason}", style="italic")
-            lines.append((line, selected))
-        return lines
-    for event in frame.events:
-        line = Text(f"{event.ts[11:19]} ", style="dim")
-        line.append(f"{event.kind:<8}", style="bold")
-        line.append(event.text)
-        lines.append((line, False))
-    return lines
+    if kind == "site":
+        return Text(value, style="bold underline")
+    if kind == "node":
+        return _node_text(value)
+    if kind == "gpu":
+        return _gpu_text(value, narrow, selected)
+    if kind == "hidden":
+        return Text(f"{value} node(s) hidden by the filter", style="dim")
+    if kind == "job":
+        return _job_text(value, selected)
+    if kind == "queue":
+        return _queue_text(value, selected)
+    return _event_text(value)
+
+
+def _node_text(node: NodeRow) -> Any:
+    from rich.text import Text
+
+    status = node.state if node.reason is None else f"{node.state}: {node.reason}"
+    return Text(f" {node.host}  {status}", style="bold" if node.state == "ok" else "bold red")
+
+
+def _job_text(job: JobRow, selected: bool) -> Any:
+    from rich.text import Text
+
+    who = f"{job.owner}/{job.team}" if job.team else job.owner
+    text = f"{job.id:<7}{who:<14}{job.state:<8}{age(job.age_s):>5}  {','.join(job.hosts)}"
+    return Text(text, style="reverse" if selected else "")
+
+
+def _queue_text(row: QueueRow, selected: bool) -> Any:
+    from rich.text import Text
+
+    who = f"{row.owner}/{row.team}" if row.team else row.owner
+    text = f"{row.id:<7}{who:<14}p{row.priority:<4}{age(row.waited_s):>5}  {row.want}"
+    line = Text(text, style="reverse" if selected else "")
+    if row.reason:
+        line.append(f"  {row.reason}", style="italic")
+    return line
+
+
+def _event_text(event: Event) -> Any:
+    from rich.text import Text
+
+    line = Text(f"{event.ts[11:19]} ", style="dim")
+    line.append(f"{event.kind:<8}", style="bold")
+    line.append(event.text)
+    return line
 
 
 def _gpu_text(gpu: GpuCell, narrow: bool, selected: bool) -> Any:
@@ -326,7 +376,7 @@ def _gpu_text(gpu: GpuCell, narrow: bool, selected: bool) -> Any:
     return line
 
 
-def _footer(ui: Ui) -> Any:
+def _footer(ui: Ui, frame: Frame) -> Any:
     from rich.text import Text
 
     if ui.typing is not None:
@@ -336,7 +386,11 @@ def _footer(ui: Ui) -> Any:
     if ui.detail is not None:
         return Text("esc or enter: back", style="dim")
     shown = f"   filter: {ui.filter.text}" if ui.filter.text else ""
-    return Text(f"q quit  / filter  tab pane  up/down move  enter details{shown}", style="dim")
+    line = Text(f"q quit  / filter  tab pane  up/down move  enter details{shown}", style="dim")
+    if frame.warnings:  # a damaged ledger, hosts whose facts could not be read, ...
+        more = f" (+{len(frame.warnings) - 1} more)" if len(frame.warnings) > 1 else ""
+        line.append(f"   warning: {frame.warnings[0]}{more}", style="bold red")
+    return line
 
 
 def _detail_text(frame: Frame, chosen: str, record: Any) -> Any:

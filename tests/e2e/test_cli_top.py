@@ -159,3 +159,20 @@ def test_bad_top_options_are_one_line_and_exit_2(cli, args, words) -> None:
     assert run.code == 2, run.stderr
     assert words in run.stderr and run.stderr.count("\n") == 1, run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_top_facts_adds_what_the_nodes_say_and_exit_3_for_a_silent_node(jobs_cli) -> None:
+    assert jobs_cli("-q", "pool").code == 0
+    run = jobs_cli("-q", "top", "--once", "--facts", "1m")
+    assert run.code == 0, run.stderr
+    gpu_lines = [line for line in run.stdout.splitlines() if line.startswith("    gpu")]
+    assert gpu_lines and all("used " in line and "GiB" in line for line in gpu_lines)
+    assert all(line.rstrip().endswith("C") for line in gpu_lines)  # the temperature
+    assert "facts " in run.stdout.splitlines()[0]  # how old they are
+    assert jobs_cli("-q", "sim", "fault", DRAINED, "node-down").code == 0
+    down = jobs_cli("-q", "top", "--once", "--facts", "1m")
+    assert down.code == 3, down.stderr
+    assert f"{DRAINED}:" in down.stderr and "facts are not shown" in down.stderr
+    assert f"  {DRAINED}  ok" in down.stdout  # still drawn, from the ledger
+    others = [line for line in down.stdout.splitlines() if line.startswith("    gpu")]
+    assert sum("used " in line for line in others) == len(others) - 4  # its 4 GPUs: no facts

@@ -314,3 +314,63 @@ def test_totals_and_filter_agree_with_the_slices_shown(tmp_path_factory, holds, 
     assert held_ids == set(holds)
     ids = [s.id for s in shown]
     assert len(ids) == len(set(ids))  # no slice drawn twice
+
+
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["hold", "job", "release", "drain", "undrain", "ttl", "wait", "lost"]),
+        st.integers(0, 5),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=STEPS)
+def test_a_kept_frame_always_equals_one_drawn_from_nothing(tmp_path_factory, steps) -> None:
+    """The live view keeps node rows between frames (FrameBuilder) and redraws only the hosts
+    the follower heard touched: after any sequence of writes, what it shows is what a frame
+    drawn from nothing shows."""
+    from gpupoolctl.board.frame import FrameBuilder
+
+    folder = tmp_path_factory.mktemp("kept")
+    clock = Clock()
+    writer = Ledger(folder / "ledger.jsonl", durable=False, actor="w@h", clock=clock)
+    slices = pool_slices()
+    writer.refresh_slices(sorted({s["host"] for s in slices}), slices)
+    ids = [s["id"] for s in slices]
+    follower = Follower(Ledger(writer.path, durable=False, actor="r@h", clock=clock), clock=clock)
+    builder = FrameBuilder()
+    held: list[str] = []
+    for number, (action, pick) in enumerate(steps):
+        state = writer.read().state
+        now = format_ts(clock.now)
+        free = [i for i in ids if state.slice_state(i, now) == "free"]
+        if action in ("hold", "job", "ttl") and free:
+            slice_id = free[pick % len(free)]
+            ttl = timedelta(minutes=1) if action == "ttl" else None
+            done = writer.alloc(lambda s, n, x=slice_id: [x], owner=f"u{pick}", ttl=ttl,
+                                request={"team": f"t{pick % 2}"})  # fmt: skip
+            held.append(done.value.id)
+            if action == "job":
+                job(writer, f"j-{number}", f"u{pick}", done.value.id, [slice_id])
+        elif action == "release" and held:
+            alloc_id = held.pop(pick % len(held))
+            if writer.read().state.job_holding(alloc_id) is None and alloc_id in state.allocations:
+                writer.release(alloc_id)
+        elif action in ("drain", "undrain", "lost"):
+            host = ["sg-a", "dxb-b"][pick % 2]
+            target = host if pick % 3 else f"{host}/gpu1"
+            with writer.transaction() as tx:
+                if action == "lost":
+                    tx.append("host", {"host": host, "state": "lost"})
+                elif action == "drain" and target not in tx.state.drains:
+                    tx.append("drain", {"target": target, "state": "drained", "reason": "r"})
+                elif action == "undrain" and target in tx.state.drains:
+                    tx.append("drain", {"target": target, "state": "undrained"})
+        elif action == "wait":
+            clock.advance(75)  # a ttl hold expires meanwhile: no record says so
+        view = follower.poll()
+        kept = builder.frame(view.state, view.now, touched=follower.take_touched())
+        fresh = build_frame(view.state, view.now)
+        assert kept == fresh, (number, action)
