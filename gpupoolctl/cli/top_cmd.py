@@ -67,7 +67,8 @@ def top(
     Keys: q quit, / filter (enter applies, esc cancels), tab next pane, up/down (or j/k)
     move, enter details of the selected job or GPU (esc closes). Reads the ledger as other
     readers do (only what was appended since the last look) and never takes its write lock;
-    asks nodes only with --facts. Exit 3 when --facts could not read some node."""
+    asks nodes only with --facts. A node whose facts could not be read is named in the
+    view's last line; with --once on stderr, and the exit code is 3."""
     from gpupoolctl.board.frame import Filter
     from gpupoolctl.policy.values import duration_s
 
@@ -82,14 +83,23 @@ def top(
         chosen = Filter.parse(filter_text or "")
     except ValueError as exc:
         raise UsageError(f"--filter: {exc}") from None
+    fmt = settings.resolved_output()
+    if fmt is OutputFormat.csv:
+        raise UsageError("top has no CSV form: use -o json or -o yaml (or `pool -o csv`)")
     from gpupoolctl.cli.top_source import FrameSource
 
     source = FrameSource(settings, facts_every)
-    live = not once and sys.stdout.isatty() and settings.output is OutputFormat.auto
+    # Keys come from stdin: a live view needs a terminal on both ends.
+    terminal = sys.stdout.isatty() and sys.stdin.isatty()
+    live = not once and terminal and settings.output is OutputFormat.auto
     if not live:
         frame = source.frame(chosen, wait_for_facts=True)
-        if settings.resolved_output() is OutputFormat.json:
+        if fmt is OutputFormat.json:
             sys.stdout.write(json.dumps(frame_values(frame), indent=2) + "\n")
+        elif fmt is OutputFormat.yaml:
+            import yaml
+
+            sys.stdout.write(yaml.safe_dump(frame_values(frame), sort_keys=False))
         else:
             from gpupoolctl.cli.top_text import frame_text
 

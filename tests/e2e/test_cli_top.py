@@ -35,8 +35,14 @@ def pool_json(cli) -> dict:
     return run.json()
 
 
-def test_top_once_shows_what_pool_and_jobs_say(busy_pool) -> None:
-    cli, small, big = busy_pool
+def test_top_once_text_json_and_the_pool_page_agree_with_pool_and_jobs(busy_pool, tmp_path):
+    # One busy pool for the three views (each pool costs a few CLI calls to set up).
+    check_text(*busy_pool)
+    check_json(*busy_pool)
+    check_page(*busy_pool, tmp_path)
+
+
+def check_text(cli, small: str, big: str) -> None:
     run = cli("-q", "top", "--once")
     assert run.code == 0, run.stderr
     text = run.stdout
@@ -59,8 +65,7 @@ def test_top_once_shows_what_pool_and_jobs_say(busy_pool) -> None:
     assert piped.code == 0 and "\x1b[" not in piped.stdout and "RUNNING (1)" in piped.stdout
 
 
-def test_top_once_json_carries_every_slice_with_its_state(busy_pool) -> None:
-    cli, small, big = busy_pool
+def check_json(cli, small: str, big: str) -> None:
     run = cli("-q", "top", "--once", "-o", "json")
     assert run.code == 0, run.stderr
     frame = run.json()
@@ -94,8 +99,7 @@ class Page(HTMLParser):
             self.external.append(tag)
 
 
-def test_pool_html_writes_one_self_contained_page_of_every_gpu(busy_pool, tmp_path) -> None:
-    cli, small, _ = busy_pool
+def check_page(cli, small: str, _big: str, tmp_path) -> None:
     out = tmp_path / "status" / "pool.html"
     out.parent.mkdir()
     run = cli("-q", "pool", "--no-refresh", "--html", str(out))
@@ -152,6 +156,7 @@ def test_the_pool_page_renders_in_a_headless_browser(busy_pool, tmp_path) -> Non
         (["--interval", "soon"], "--interval"),
         (["--facts", "0.2s"], "--facts"),
         (["--filter", "colour=red"], "host=, owner= or team="),
+        (["-o", "csv"], "no CSV form"),
     ],
 )
 def test_bad_top_options_are_one_line_and_exit_2(cli, args, words) -> None:
