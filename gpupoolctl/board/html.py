@@ -32,7 +32,7 @@ th{border-bottom:1px solid #aaa}.num{text-align:right}
 .held{background:#f4b183}.free{background:#c9e7c1}.re-cutting{background:#ffe699}
 .drained{background:#d0d0d0}.failed,.lost{background:#f08080}
 .busy{background:#fbe5d6}.partly-held{background:#fff2cc}
-.state{font-size:12px;padding:0 4px;border-radius:3px}
+.state{font-size:12px;padding:0 4px;border-radius:3px}.warning{color:#a00;font-weight:bold}
 """
 
 
@@ -54,6 +54,7 @@ def frame_page(frame: Frame, *, title: str = "gpupoolctl pool") -> str:
         + "</p>",
         "<p>GPU memory held, last hour: " + _spark_svg(frame.utilization) + "</p>",
     ]
+    parts += [f'<p class="warning">warning: {escape(w)}</p>' for w in frame.warnings]
     for site, nodes in frame.sites:
         parts.append(f'<section class="site"><h2>{escape(site)}</h2>')
         parts += [_node(node) for node in nodes]

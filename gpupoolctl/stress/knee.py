@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpupoolctl.errors import UsageError
+from gpupoolctl.stress.levels import MAX_CONCURRENCY
 from gpupoolctl.stress.model import KneePoint, Knees, LevelResult
 
 MODELS = ("closed", "open")
@@ -79,7 +80,8 @@ def _curve(
     levels: Sequence[float], values: Sequence[float | None], what: str
 ) -> tuple[list[float], list[float]]:
     """Sorted distinct levels and their values, duplicates averaged; levels whose value is
-    missing or not finite are left out. The result does not depend on the input order."""
+    missing or not finite (or whose mean is not) are left out. The result does not depend
+    on the input order."""
     if len(levels) != len(values):
         raise UsageError(f"{len(levels)} levels but {len(values)} {what} values")
     pairs: dict[float, list[float]] = {}
@@ -89,11 +91,20 @@ def _curve(
         x, y = float(level), float(value)
         if math.isfinite(x) and math.isfinite(y):
             pairs.setdefault(x, []).append(y)
-    xs = sorted(pairs)
-    # fsum is exactly rounded, so the mean of duplicates is the same in any order;
-    # dividing first keeps huge values from overflowing the sum
-    ys = [math.fsum(y / len(pairs[x]) for y in pairs[x]) for x in xs]
-    return xs, ys
+    means = {x: _mean(pairs[x]) for x in sorted(pairs)}
+    xs = [x for x, y in means.items() if y is not None]
+    return xs, [means[x] for x in xs]
+
+
+def _mean(values: list[float]) -> float | None:
+    """The mean of a level's duplicates, the same in any order (fsum is exactly rounded;
+    dividing first keeps huge values from overflowing the sum); None when even so it
+    overflows (values near the float limit: not a measurement)."""
+    try:
+        mean = math.fsum(y / len(values) for y in values)
+    except OverflowError:
+        return None
+    return mean if math.isfinite(mean) else None
 
 
 def _fmt(x: float) -> str:
@@ -192,8 +203,15 @@ def usl_fit(levels: Sequence[float], throughput: Sequence[float]) -> KneePoint:
     a value that cannot be estimated is None.
     """
     all_xs, all_ys = _curve(levels, throughput, "throughput")
-    # concurrency is at least 1; a level 0 carries no information about the curve's shape
-    kept = [(x, y) for x, y in zip(all_xs, all_ys, strict=True) if x > 0.0]
+    # The law is defined for N >= 1 concurrent submitters and a throughput X >= 0, and a
+    # closed ramp has at most MAX_CONCURRENCY submitters. Anything else (0 carries no
+    # information about the curve's shape) is broken data; left in, it sent the solver
+    # through thousands of ill-conditioned steps (25 s on 14 broken rows).
+    kept = [
+        (x, y)
+        for x, y in zip(all_xs, all_ys, strict=True)
+        if 1.0 <= x <= MAX_CONCURRENCY and y >= 0.0
+    ]
     xs, ys = [x for x, _ in kept], [y for _, y in kept]
     extra: dict[str, Any] = {"levels_used": len(xs)}
     if len(xs) < USL_MIN_LEVELS:

@@ -147,6 +147,18 @@ def test_duplicated_levels_give_the_same_knees_in_any_order(rows, random):
     + [(level, 0.0, None) for level in (4.0, 5.0, 10.0, 23.0)],
     "closed",
 )
+# Found by it: duplicates near the float limit overflowed the mean's fsum (a traceback).
+@example([(0.0, 1.7976931348623157e308, None)] * 3, "closed")
+# Found by a slow suite: levels of 1e16 and throughputs of -1e257 kept the USL solver busy
+# for 25 s (3 starts x 5,000 ill-conditioned evaluations); such levels are left out now.
+@example(
+    [(6.243180248089894e16, 914505.652012245, 2.0), (-6.9e16, -2.2e-311, 2.2e-311),
+     (0.0, 578783.4, 1.1e88), (5.96e-08, -1.0966652566759637e202, None),
+     (-1.08e16, 2.17e16, None), (0.05, 444021.56, float("inf")),
+     (987020.19, -1.0577957095332755e257, 283120.45), (1000000.0, 914505.65, 2.0),
+     (6.243180248089894e16, -9007199254740992.0, None), (4.76e-288, float("nan"), 0.05)],
+    "closed",
+)  # fmt: skip
 def test_broken_measurements_never_raise(rows, model):
     found = find_knees(
         [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], model=model

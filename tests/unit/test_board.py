@@ -283,6 +283,8 @@ def test_the_page_is_self_contained_escaped_and_lists_every_gpu(world) -> None:
     assert "script" not in parsed.tags and parsed.links == []  # nothing external, no script
     assert "&lt;script&gt;" in page
     assert "<svg" in page  # the sparkline, inline
+    warned = frame_page(frame_of(ledger, warnings=["why jobs wait is unknown: a<b"]))
+    assert "warning: why jobs wait is unknown: a&lt;b" in warned
 
 
 def test_sparkline_has_a_block_per_value_and_a_space_for_unknown() -> None:
