@@ -44,6 +44,7 @@ class FrameSource:
         self.follower: Follower = Follower(open_ledger(settings))
         self.builder = FrameBuilder()  # keeps each node's row until the ledger touches it
         self._heap_of: Any = None
+        self._drawn = 0
         self.facts_every = facts_every
         self.facts: dict[str, dict[str, Any]] = {}
         self.facts_at: float | None = None
@@ -59,9 +60,12 @@ class FrameSource:
     def frame(self, chosen: Filter, *, wait_for_facts: bool = False) -> Frame:
         self._maybe_ask_facts(wait=wait_for_facts)
         view = self.follower.poll()
-        if view.state is not self._heap_of:
+        # Only a view that draws again settles the heap: one frame (--once, pool --html)
+        # would pay a full collection for nothing.
+        if self._drawn and view.state is not self._heap_of:
             settle_heap()
             self._heap_of = view.state
+        self._drawn += 1
         with self._facts_lock:
             facts = dict(self.facts)
             age = None if self.facts_at is None else time.monotonic() - self.facts_at
