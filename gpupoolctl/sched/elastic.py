@@ -196,10 +196,17 @@ def wants_whole(card: AnyCard, rule: ElasticRule, request: JobRequest) -> bool:
     return smallest_profile(card, rule, request) is None
 
 
-def could_ever_serve(request: JobRequest, inputs: ElasticInputs) -> bool:
+def could_ever_serve(
+    request: JobRequest,
+    inputs: ElasticInputs,
+    where: Callable[[Mapping[str, Any]], bool] | None = None,
+) -> bool:
     """Whether some elastic card, re-cut, could hold one slice of the request: such work
-    waits for a re-cut instead of being refused as never fitting."""
+    waits for a re-cut instead of being refused as never fitting. `where`: only cards whose
+    slice fields (host, site, vendor, model) it accepts, such as a team's quota scopes."""
     for card in inputs.cards.values():
+        if where is not None and not where(card.common):
+            continue
         rule = inputs.rule(card)
         if rule is None:
             continue

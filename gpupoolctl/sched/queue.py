@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -160,6 +160,7 @@ def schedule_pass(
                         pool,
                         usage,
                         partial(_place, entry.request, pool, how, elastic),
+                        partial(_recut_reach, entry.request, elastic) if elastic_on else None,
                     )
                 else:
                     outcome = _place(entry.request, pool, how, elastic)
@@ -283,6 +284,15 @@ def _in_order(
 def backoff_reason(seconds: int) -> str:
     """Why a restart waits: "restarting in 8s (backoff)"."""
     return f"restarting in {max(1, seconds)}s (backoff)"
+
+
+def _recut_reach(
+    request: JobRequest, elastic: ElasticInputs, where: Callable[[Mapping[str, Any]], bool]
+) -> bool:
+    """Whether a re-cut of a card that `where` selects could hold one slice of `request`."""
+    from gpupoolctl.sched import elastic as elastic_rules
+
+    return elastic_rules.could_ever_serve(request, elastic, where)
 
 
 def _place(

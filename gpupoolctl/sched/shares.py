@@ -373,18 +373,34 @@ class QuotaWait(NoFit):
     no re-cut is made for it."""
 
 
+# Whether an elastic re-cut of some card that the predicate selects (it is given the card's
+# slice fields: host, site, vendor, model) could hold one slice of the request.
+RecutReach = Callable[[Callable[[Mapping[str, Any]], bool]], bool]
+
+
 def place_for_team(
     team: str,
     request: JobRequest,
     pool: PoolView,
     usage: Usage,
     place_any: Callable[[], Placement | NoFit],
+    recut_reach: RecutReach | None = None,
 ) -> Placement | NoFit:
     """The placement of a team's request (place_any places it on `pool` as it is), within
     its quota: first as placement would choose; when that breaks the quota, again with the
-    slices the team may not take hidden; a QuotaWait with the quota's reason otherwise."""
+    slices the team may not take hidden; a QuotaWait with the quota's reason otherwise.
+    `recut_reach` (with elastic re-cuts): a request no slice of the team's scopes could hold
+    today but a re-cut of one of its cards could is waiting, not refused."""
     scopes = usage.scopes(team)
-    if scopes and not _reachable(team, request, pool, scopes):
+
+    def on_scopes(card: Mapping[str, Any]) -> bool:
+        return any(scope.selects(card) for scope in scopes)
+
+    if (
+        scopes
+        and not _reachable(team, request, pool, scopes)
+        and (recut_reach is None or not recut_reach(on_scopes))
+    ):
         return NoFit(
             f"team {team} has no quota on any card that could hold {request.describe()}",
             never=True,

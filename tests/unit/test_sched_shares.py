@@ -538,3 +538,40 @@ def test_what_a_reclaim_freed_goes_to_the_guaranteed_work_not_to_a_higher_priori
     second = schedule_pass([t1, i3], view, now + timedelta(minutes=2), preempt=True, shares=shares)
     assert [(e.id, p.slices) for e, p in second.placed] == [("t1", ["h/gpu1"])]
     assert [e.id for e, _ in second.waiting] == ["i3"] and second.preempt is None
+
+
+def _hive_cut_small() -> tuple[list[dict[str, Any]], ElasticInputs]:
+    """The bundled pool's MI300X hive cut into CPX/NPS4: 64 partitions of 24 GB."""
+    from tests.property.test_elastic_properties import base_slices
+
+    from gpupoolctl.sched.cards import AmdHive, predicted_slices
+
+    whole = [dict(s) for s in base_slices() if s["host"] == "dxb-mi300x-01"]
+    (hive,) = [c for c in cards_of(whole).values() if isinstance(c, AmdHive)]
+    slices = predicted_slices(hive, ("CPX", "NPS4"))
+    policy = ElasticPolicy(
+        enabled=True, rules=(ElasticRule(line=1),), min_idle_s=0, batch_window_s=0
+    )
+    return slices, ElasticInputs(policy=policy, cards=cards_of(slices))
+
+
+def test_a_team_job_that_a_recut_of_its_cards_could_hold_waits_for_it_not_refused():
+    slices, inputs = _hive_cut_small()
+    assert max(s["memory_mib"] for s in slices) < 40 * GIB  # no partition holds it today
+    amd = QuotaScope(line=1, vendor="amd", nominal={GPU_MEMORY: 1536 * GIB})
+    shares = ShareInputs(quotas={"T": (amd,)})
+    queue = [entry("big", "T", 1, memory_mib=40 * GIB, vendor="amd")]
+    result = schedule_pass(queue, PoolView(slices), T0, elastic=inputs, shares=shares)
+    assert result.never == [] and placed_ids(result) == []
+    ((waiting, why),) = result.waiting
+    assert waiting.id == "big" and not why.never
+    ((recut,),) = [result.recuts]  # the hive is re-cut into partitions that hold it
+    assert recut.card.host == "dxb-mi300x-01" and recut.layout != ("CPX", "NPS4")
+    # Without elastic, and for a team whose quota covers no AMD card, it can never fit.
+    alone = schedule_pass(queue, PoolView(slices), T0, shares=shares)
+    assert [e.id for e, _ in alone.never] == ["big"]
+    nvidia = QuotaScope(line=1, vendor="nvidia", nominal={GPU_MEMORY: 1536 * GIB})
+    other = ShareInputs(quotas={"T": (nvidia,)})
+    refused = schedule_pass(queue, PoolView(slices), T0, elastic=inputs, shares=other)
+    ((_, why),) = refused.never
+    assert why.reason.startswith("team T has no quota on any card that could hold")
