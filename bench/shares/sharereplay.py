@@ -59,6 +59,7 @@ from replay import (  # type: ignore[import-not-found]  # bench/utilization
     Recut,
     _shape,
     begin_recut,
+    blocked_cards,
     finish_recut,
     gpu_key,
     trimmed,
@@ -324,7 +325,7 @@ def replay(
         if pending and pending[0][0] <= now:
             while pending and pending[0][0] <= now:  # re-cuts whose cost has elapsed
                 _, _, recut = heapq.heappop(pending)
-                touch(finish_recut(recut, current, recutting), now)
+                touch(finish_recut(recut, current, view, recutting), now)
             rebuild()
         while index < len(arrivals) and arrivals[index].arrival <= now:
             enqueue(arrivals[index], arrivals[index].arrival)
@@ -339,7 +340,9 @@ def replay(
             inputs = elastic(current, changed)
         if inputs is not None:
             force = elastic_policy(clock) if elastic_policy is not None else inputs.policy
-            inputs = replace(inputs, policy=force, changed=changed)
+            inputs = replace(
+                inputs, policy=force, changed=changed, blocked=blocked_cards(recutting)
+            )
         result = schedule_pass(
             entries,
             view,
@@ -392,8 +395,6 @@ def replay(
             begin_recut(
                 recut, current, view, recutting, pending, run.recuts, now, recut_cost, touch
             )
-        if decided:
-            rebuild()
     if until is not None:
         run.waiting.extend(entry_of_job_id(queue))
         # What happens by the end of the window without another pass: completions and

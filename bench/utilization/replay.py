@@ -14,10 +14,12 @@ tick, as with `gpupoolctl schedule` from cron (every minute) or `schedule --watc
 
 Extension point (elastic): `replay(..., hook=...)`. After each pass's placements the hook
 gets a PassContext and may return re-cuts: `Recut(gpu="host/gpuN", slices=[slice dicts])`.
-The replay then, for each re-cut, asserts that every slice of that GPU is free, removes
-them, keeps the GPU out of the pool for `recut_cost` seconds (jobs elsewhere, and jobs on
-other GPUs, are never disturbed), and adds the new slices when the cost has elapsed (an
-event of its own, so a pass follows at once). The bench makes no decision of its own: the
+The replay then, for each re-cut, asserts that every slice of that GPU is free, holds
+them for the re-cut for `recut_cost` seconds as production's reshape record does (nothing
+is placed on them, the card stays in the pool's view and in the elastic inputs as
+`blocked`; jobs elsewhere, and jobs on other GPUs, are never disturbed), and replaces them
+with the new slices when the cost has elapsed (an event of its own, so a pass follows at
+once). The bench makes no decision of its own: the
 hook is where gpupoolctl.sched's elastic decision plugs in; without a hook nothing is re-cut.
 
 A PoolView's slice set is fixed when it is built (a Skeleton), so every change of the slice
@@ -30,14 +32,15 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobtrace import Job  # type: ignore[import-not-found]  # bench/utilization/jobtrace.py
 
-from gpupoolctl.sched import JobRequest, PassResult, PoolView, QueueEntry, schedule_pass
+from gpupoolctl.sched import Holder, JobRequest, PassResult, PoolView, QueueEntry, schedule_pass
+from gpupoolctl.sched.pool import RESHAPE_OWNER
 
 T0 = datetime(2025, 6, 2, tzinfo=UTC)
 RECUT_COST_S = 10.0  # default: the GPU is out of the pool this long per re-cut
@@ -80,7 +83,7 @@ class PassContext:
     view: PoolView  # the pool after this pass's placements (running jobs' holds)
     waiting: list[QueueEntry]  # the queue after this pass, in arrival order
     result: PassResult  # this pass's placed / waiting / never
-    slices: dict[str, dict[str, Any]]  # the pool's slices now, by id (GPUs mid-re-cut absent)
+    slices: dict[str, dict[str, Any]]  # the pool's slices now, by id (a card mid-re-cut: its old ones)
     recutting: dict[str, float]  # GPU key -> virtual time its new slices appear
 
 
@@ -158,6 +161,13 @@ def recut_old(
     return old
 
 
+def reshape_holder(recut: Recut, old: Sequence[str]) -> Holder:
+    """What holds a card's old slices while it is re-cut, as production's reshape record
+    does (sched.pool's reshape holders): nothing is placed on them, the card is still the
+    pool's (placement and elastic still know what it can become), and it is not idle."""
+    return Holder(alloc=f"reshape:{recut.gpu}", owner=RESHAPE_OWNER, slices=tuple(old))
+
+
 def begin_recut(
     recut: Recut,
     current: dict[str, dict[str, Any]],
@@ -169,27 +179,35 @@ def begin_recut(
     cost: float,
     touch: Callable[[Iterable[str], float], None],
 ) -> None:
-    """Start a re-cut: its old slices are touched (their card changed now) and leave
-    `current`, its GPU is out of the pool until now + cost (an event in `pending`), and it
-    is counted in `made`."""
+    """Start a re-cut: its old slices are touched (their card changed now) and held by the
+    re-cut (reshape_holder) until now + cost (an event in `pending`), and it is counted in
+    `made`."""
     old = recut_old(recut, current, view, recutting)
-    touch(old, now)  # before they leave `current`: touch finds their card there
-    for sid in old:
-        del current[sid]
+    touch(old, now)
+    view.hold(old, reshape_holder(recut, old))
     recutting[recut.gpu] = now + cost
-    heapq.heappush(pending, (now + cost, len(made), recut))
+    heapq.heappush(pending, (now + cost, len(made), replace(recut, old=tuple(old))))
     made.append((now, recut.gpu))
 
 
 def finish_recut(
-    recut: Recut, current: dict[str, dict[str, Any]], recutting: dict[str, float]
+    recut: Recut, current: dict[str, dict[str, Any]], view: PoolView, recutting: dict[str, float]
 ) -> list[str]:
-    """A re-cut whose cost has elapsed: its new slices join `current` (ids: returned)."""
+    """A re-cut whose cost has elapsed: its old slices leave `current` and its new slices
+    join (ids: returned). The caller rebuilds the view (the slice set changed)."""
     del recutting[recut.gpu]
+    view.unhold(f"reshape:{recut.gpu}")
+    for sid in recut.old or ():
+        del current[sid]
     for entry in recut.slices:
         assert entry["id"] not in current, f"re-cut {recut.gpu}: {entry['id']} exists"
         current[entry["id"]] = entry
     return [e["id"] for e in recut.slices]
+
+
+def blocked_cards(recutting: Mapping[str, float]) -> dict[str, str]:
+    """ElasticInputs.blocked for the cards being re-cut (production: its reshape records)."""
+    return {gpu: "being re-cut" for gpu in recutting}
 
 
 def replay(
@@ -269,7 +287,7 @@ def replay(
         changed_set = False
         while pending and pending[0][0] <= now:
             _, _, recut = heapq.heappop(pending)
-            touch(finish_recut(recut, current, recutting), now)
+            touch(finish_recut(recut, current, view, recutting), now)
             changed_set = True
         if changed_set:
             rebuild()
@@ -297,7 +315,7 @@ def replay(
         if elastic is not None and inputs is None:
             inputs = elastic(current, changed)
         if inputs is not None:
-            inputs = replace(inputs, changed=changed)
+            inputs = replace(inputs, changed=changed, blocked=blocked_cards(recutting))
         result = schedule_pass(entries, view, clock, policy, elastic=inputs)
         run.pass_s += time.perf_counter() - began
         run.passes += 1
@@ -319,11 +337,8 @@ def replay(
                 now, clock, view, list(queue.values()), result, dict(current), dict(recutting)
             )
             decided += list(hook(context))
-        for recut in decided:
+        for recut in decided:  # the slice set stays as it is until the re-cut is done
             begin_recut(
                 recut, current, view, recutting, pending, run.recuts, now, recut_cost, touch
             )
-        if decided:
-            rebuild()
-            inputs = None
     return run

@@ -182,10 +182,14 @@ def test_recut_plumbing() -> None:
         _job("y", "inference", 97, 50, 30 * GIB),
     ]
     seen: list[tuple[float, list[str], str | None]] = []
+    recut_hold: dict[float, str | None] = {}  # time -> who holds h/gpu0 (while it exists)
 
     def hook(ctx: PassContext) -> list[Recut]:
         keep = ctx.view.holder("h/gpu1")
         seen.append((ctx.now, sorted(ctx.slices), keep.alloc if keep else None))
+        if "h/gpu0" in ctx.slices:
+            old = ctx.view.holder("h/gpu0")
+            recut_hold[ctx.now] = old.alloc if old else None
         if ctx.now >= 90 and not ctx.recutting and "h/gpu0" in ctx.slices:
             return [Recut("h/gpu0", new)]
         return []
@@ -197,12 +201,18 @@ def test_recut_plumbing() -> None:
     # nothing landed on h/gpu0 during the cost: x and y wait until its new slices appear
     assert run.starts["x"] == 100 and run.starts["y"] == 100
     assert run.held_mib["x"] == run.held_mib["y"] == 40 * GIB  # on the new slices
+    # During the cost the card keeps its old slice, held by the re-cut (as production's
+    # reshape record holds it), and the new ones are not there yet.
     during = [ids for now, ids, _ in seen if 90 < now < 100]
-    assert len(during) == 2 and all(ids == ["h/gpu1"] for ids in during)  # old gone, new not
+    assert len(during) == 2 and all(ids == ["h/gpu0", "h/gpu1"] for ids in during)
+    assert {t: h for t, h in recut_hold.items() if 90 < t < 100} == {
+        95: "reshape:h/gpu0",
+        97: "reshape:h/gpu0",
+    }
     after = [ids for now, ids, _ in seen if now >= 100]
     assert after[0] == ["h/gpu0/mig0", "h/gpu0/mig1", "h/gpu1"]
     assert all(h == "keep" for now, _, h in seen if 1 <= now < 1001)  # hold re-applied
-    assert run.rebuilds == 2  # old slices out, new slices in
+    assert run.rebuilds == 1  # old slices out and new slices in, at once
 
 
 def test_recut_of_a_held_gpu_is_refused() -> None:
