@@ -83,7 +83,7 @@ class PassContext:
     view: PoolView  # the pool after this pass's placements (running jobs' holds)
     waiting: list[QueueEntry]  # the queue after this pass, in arrival order
     result: PassResult  # this pass's placed / waiting / never
-    slices: dict[str, dict[str, Any]]  # the pool's slices now, by id (a card mid-re-cut: its old ones)
+    slices: dict[str, dict[str, Any]]  # the slices now, by id (a card mid-re-cut: its old ones)
     recutting: dict[str, float]  # GPU key -> virtual time its new slices appear
 
 
