@@ -184,14 +184,16 @@ def smallest_profile(card: AnyCard, rule: ElasticRule, request: JobRequest) -> s
     return None
 
 
+def whole_entry(card: AnyCard) -> dict[str, Any]:
+    """One slice of the card (of each card of an AMD hive) made whole."""
+    return _pair_entry(card, card.whole_layout) if isinstance(card, AmdHive) else _whole_entry(card)
+
+
 def wants_whole(card: AnyCard, rule: ElasticRule, request: JobRequest) -> bool:
     """Whether the card whole serves `request` and no smaller cut of it would."""
     if not host_matches(card.host, request) or not may_merge(card, rule):
         return False
-    whole = (
-        _pair_entry(card, card.whole_layout) if isinstance(card, AmdHive) else _whole_entry(card)
-    )
-    if not shape_matches(whole, request):
+    if not shape_matches(whole_entry(card), request):
         return False
     return smallest_profile(card, rule, request) is None
 
@@ -355,9 +357,11 @@ def plan_recuts(
     pool: PoolView,
     inputs: ElasticInputs,
     now: datetime,
+    kept_for: Mapping[str, str] | None = None,
 ) -> list[Recut]:
     """Re-cuts for the work that waits (`waiting` in queue order; placement has already
-    failed for each), within the policy's limits."""
+    failed for each), within the policy's limits. `kept_for`: card key -> the entry id a
+    card is kept for (sched.clearing): no other entry's re-cut takes it."""
     policy = inputs.policy
     ready = [e for e in waiting if (now - e.enqueued).total_seconds() >= policy.batch_window_s]
     if not ready:
@@ -382,7 +386,12 @@ def plan_recuts(
         if budget <= 0:
             continue
         rest = [e for e in ready[index + 1 :] if e.id not in served]
-        for recut, leftover in _for_entry(entry, rest, pool, free, chosen, budget, inputs):
+        mine = (
+            free
+            if not kept_for
+            else [c for c in free if kept_for.get(c.card.key, entry.id) == entry.id]
+        )
+        for recut, leftover in _for_entry(entry, rest, pool, mine, chosen, budget, inputs):
             spare.extend((len(chosen), s) for s in leftover)
             chosen.append(recut)
             free = [c for c in free if c.card.key != recut.card.key]
@@ -434,7 +443,7 @@ def _merge(
     plans: list[tuple[int, str, list[_Candidate]]] = []
     if request.gpus > 1 and (request.same_node or request.same_island):
         for host, group in by_host.items():
-            have = sum(1 for _ in pool.free_candidates(_on_host(request, host)))
+            have = sum(1 for _ in pool.free_candidates(on_host(request, host)))
             picked = _enough(group, need - have, budget)
             if picked:
                 plans.append((len(picked), host, picked))
@@ -471,7 +480,8 @@ def _enough(group: Sequence[_Candidate], missing: int, budget: int) -> list[_Can
     return []
 
 
-def _on_host(request: JobRequest, host: str) -> JobRequest:
+def on_host(request: JobRequest, host: str) -> JobRequest:
+    """One slice of the request, on `host`."""
     return replace(request, host=host, gpus=1)
 
 

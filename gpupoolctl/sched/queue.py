@@ -42,6 +42,7 @@ from gpupoolctl.sched.request import PRIORITY_MAX, JobRequest
 
 if TYPE_CHECKING:
     from gpupoolctl.ledger.state import State
+    from gpupoolctl.sched.clearing import ClearingPlan
     from gpupoolctl.sched.elastic import ElasticInputs, Recut
     from gpupoolctl.sched.shares import ShareInputs
 
@@ -85,6 +86,9 @@ class PassResult:
     waiting: list[tuple[QueueEntry, NoFit]] = field(default_factory=list)
     never: list[tuple[QueueEntry, NoFit]] = field(default_factory=list)  # refuse these
     reserved_for: list[str] = field(default_factory=list)  # starving entries, slices kept
+    # With teams and elastic: card key -> the entry id whose merge it is kept for
+    # (sched.clearing); its free slices went to no one after that entry in this pass.
+    kept_for: dict[str, str] = field(default_factory=dict)
     # Victims chosen for the first entry that preemption can help (the pass stops there:
     # what follows is decided again once they are gone).
     preempt: tuple[QueueEntry, list[str]] | None = None
@@ -124,6 +128,7 @@ def schedule_pass(
     elastic_on = elastic is not None and elastic.policy.enabled
     usage = share_rules.Usage.of_pool(pool, shares) if shares is not None else None
     at_limit: set[str] = set()  # waiting for their team's quota: no re-cut for them
+    unclearable: set[tuple[Any, ...]] = set()  # request keys no clearing plan can serve
     # With teams, work that would borrow goes after all work within its team's nominal
     # (Kueue's order): else a borrower of higher priority takes what a reclaim freed for a
     # guaranteed job, and the next pass reclaims it again. Borrowers wait for a second round.
@@ -203,11 +208,19 @@ def schedule_pass(
                 at_limit.add(entry.id)
                 result.waiting.append((entry, outcome))
                 continue
+            clearing = None
+            if elastic_on and team is not None and usage is not None and key not in unclearable:
+                assert elastic is not None
+                clearing = _clearing(team, entry.request, pool, usage, elastic, frozenset(mine))
+                if clearing is None:
+                    unclearable.add(key)  # the pool only gets fuller in this pass
             if preempt and entry.id not in no_preempt:
                 if team is not None and usage is not None and usage.inputs.reclaim:
                     victims = share_rules.choose_reclaim(
                         team, entry.request, pool, usage, now, how, spare=mine
                     )
+                    if not victims and clearing is not None:
+                        victims = list(clearing.victims)
                     if victims:
                         result.preempt, result.reclaim = (entry, victims), True
                         break
@@ -226,6 +239,18 @@ def schedule_pass(
                 if victims:
                     result.preempt = (entry, victims)
                     break
+            if clearing is not None and usage is not None and team is not None:
+                # Kept for its merge: nobody after it in this pass takes the cards' free
+                # slices, no re-cut for other work takes the cards, and the room it will
+                # hold counts against its team's nominal for the rest of the pass.
+                for card in clearing.cards:
+                    result.kept_for[card.key] = entry.id
+                    for sid in card.slices:
+                        if pool.is_free(sid):
+                            pool.take(sid)
+                            reserved.append(sid)
+                usage.change(team, clearing.entries, +1)
+                outcome = NoFit(f"{outcome.reason}; {clearing.describe()}", never=False)
             result.waiting.append((entry, outcome))
             if effective_priority(entry, now, interval=interval, cap=cap) >= cap:
                 for slot in list(pool.free_candidates(entry.request)):
@@ -243,7 +268,7 @@ def schedule_pass(
         from gpupoolctl.sched.elastic import plan_recuts
 
         ready = [e for e, _ in result.waiting if e.id not in backing_off | at_limit]
-        result.recuts = plan_recuts(ready, pool, elastic, now)
+        result.recuts = plan_recuts(ready, pool, elastic, now, result.kept_for)
     return result
 
 
@@ -284,6 +309,19 @@ def _in_order(
 def backoff_reason(seconds: int) -> str:
     """Why a restart waits: "restarting in 8s (backoff)"."""
     return f"restarting in {max(1, seconds)}s (backoff)"
+
+
+def _clearing(
+    team: str,
+    request: JobRequest,
+    pool: PoolView,
+    usage: share_rules.Usage,
+    elastic: ElasticInputs,
+    spare: frozenset[str],
+) -> ClearingPlan | None:
+    from gpupoolctl.sched.clearing import plan_clearing
+
+    return plan_clearing(team, request, pool, usage, elastic, spare=spare)
 
 
 def _recut_reach(

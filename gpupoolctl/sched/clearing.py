@@ -1,0 +1,153 @@
+"""Clearing cards for a merge: reclaim that empties cut cards so the elastic pass can make
+them whole again for a team's guaranteed work.
+
+With teams and an elastic section, a team within its nominal quota may wait for whole
+cards while every card in its scopes is cut small and held by other teams' borrowed work
+(by day the elastic pass cut them for inference; at night training's nominal comes back).
+Reclaim (sched.shares.choose_reclaim) stops only holds whose slices would serve the request
+as they are, so it cannot help, and a cut card whose free slices borrowers keep refilling
+never becomes idle for the elastic pass to merge. A clearing plan picks the cut cards in the
+team's scopes whose merge would serve the request, emptied by stopping the fewest holds that
+reclaim may take (borrowed or preemptible work of teams above their nominal, never taking a
+team below its nominal: sched.shares.reclaimable). The pass reclaims those holds and, while
+the request waits for the merge (victims stopping, then the card's min-idle), keeps the
+planned cards' free slices from the work after it in the pass and from re-cuts for other
+work. Nothing is remembered between passes: every pass plans again from the pool as it is.
+
+Only merges: work that waits for a bigger MIG profile than any card has today is served by
+reclaim of existing slices or by a card that empties on its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from gpupoolctl.sched.cards import AmdHive, AnyCard
+from gpupoolctl.sched.elastic import ElasticInputs, on_host, wants_whole, whole_entry
+from gpupoolctl.sched.ids import natural
+from gpupoolctl.sched.request import JobRequest
+from gpupoolctl.sched.shares import Usage, reclaimable, within_nominal
+
+if TYPE_CHECKING:
+    from gpupoolctl.sched.pool import PoolView
+
+
+@dataclass(frozen=True)
+class ClearingPlan:
+    """Cut cards whose merge serves a request, and the holds to stop to empty them."""
+
+    cards: tuple[AnyCard, ...]
+    victims: tuple[str, ...]  # victim ids (Holder.victim_id); () when the cards are idle
+    # What the request would hold once the cards are whole: it counts against its team's
+    # nominal for the rest of the pass, so two waiting requests never plan the same room.
+    entries: tuple[dict[str, Any], ...]
+
+    def describe(self) -> str:
+        keys = ", ".join(card.key for card in self.cards)
+        stop = f", stopping {len(self.victims)} borrowed job(s)" if self.victims else ""
+        return f"{keys} kept to be made whole for it{stop}"
+
+
+def plan_clearing(
+    team: str,
+    request: JobRequest,
+    pool: PoolView,
+    usage: Usage,
+    elastic: ElasticInputs,
+    *,
+    spare: frozenset[str] = frozenset(),
+) -> ClearingPlan | None:
+    """The cheapest set of cut cards in the team's scopes whose merge gives the request
+    the whole cards it lacks (on one host when it must stay on one node): fewest holds to
+    stop, then fewest cards. None when no such set can be emptied by reclaim, when the
+    merges would not fit in one elastic pass (max-cards-per-pass), or when the request
+    would take the team above its nominal. `spare`: holds placed by this pass (never
+    victims)."""
+    scopes = usage.scopes(team)
+    if not scopes:
+        return None
+    mergeable: list[AnyCard] = []
+    for card in elastic.cards.values():
+        if card.whole or card.key in elastic.blocked:
+            continue
+        if not any(scope.selects(card.common) for scope in scopes):
+            continue
+        rule = elastic.rule(card)
+        if rule is not None and wants_whole(card, rule, request):
+            mergeable.append(card)
+    if not mergeable:
+        return None
+    slices = {sid for card in mergeable for sid in card.slices}
+    stoppable = {
+        h.alloc: h
+        for h in reclaimable(team, usage, pool, spare, lambda h: any(s in slices for s in h.slices))
+    }
+    costs: list[tuple[AnyCard, frozenset[str]]] = []  # a card and the holds that empty it
+    for card in mergeable:
+        holds: set[str] = set()
+        for sid in card.slices:
+            if pool.is_free(sid):
+                continue
+            holder = pool.holder(sid)
+            if holder is None or holder.alloc not in stoppable:
+                break  # held by work reclaim may not stop, or kept by this pass
+            holds.add(holder.alloc)
+        else:
+            costs.append((card, frozenset(holds)))
+    plans = [plan for group in _groups(request, costs) if (plan := _cheapest(request, pool, group))]
+    if not plans:
+        return None
+    cards, holds = min(
+        plans, key=lambda p: (len(p[1]), len(p[0]), natural(p[0][0].host), p[0][0].key)
+    )
+    if len(cards) > elastic.policy.max_cards_per_pass:
+        return None  # one pass could not merge them all: emptied cards would sit idle
+    entries = tuple(_whole_entries(cards, request.gpus))
+    if not within_nominal(team, entries, usage):
+        return None
+    victims = sorted({stoppable[alloc].victim_id for alloc in holds}, key=natural)
+    return ClearingPlan(tuple(cards), tuple(victims), entries)
+
+
+def _groups(
+    request: JobRequest, costs: list[tuple[AnyCard, frozenset[str]]]
+) -> list[list[tuple[AnyCard, frozenset[str]]]]:
+    """The cards a plan may combine: one host's when the work stays on one node."""
+    if request.gpus > 1 and (request.same_node or request.same_island):
+        by_host: dict[str, list[tuple[AnyCard, frozenset[str]]]] = {}
+        for item in costs:
+            by_host.setdefault(item[0].host, []).append(item)
+        return list(by_host.values())
+    return [costs]
+
+
+def _cheapest(
+    request: JobRequest, pool: PoolView, group: list[tuple[AnyCard, frozenset[str]]]
+) -> tuple[list[AnyCard], set[str]] | None:
+    """Cards of the group, fewest holds to stop first, until with the whole cards free now
+    they give the request its GPUs; None when the group cannot."""
+    if not group:
+        return None
+    host = group[0][0].host
+    stays = request.gpus > 1 and (request.same_node or request.same_island)
+    where = on_host(request, host) if stays else replace(request, gpus=1)
+    missing = request.gpus - sum(1 for _ in pool.free_candidates(where))
+    picked: list[AnyCard] = []
+    holds: set[str] = set()
+    for card, stop in sorted(group, key=lambda c: (len(c[1]), c[0].key)):
+        if missing <= 0:
+            break
+        picked.append(card)
+        holds |= stop
+        missing -= card.cards if isinstance(card, AmdHive) else 1
+    return (picked, holds) if missing <= 0 and picked else None
+
+
+def _whole_entries(cards: list[AnyCard], gpus: int) -> list[dict[str, Any]]:
+    """The slices the request would hold on the merged cards (at most `gpus`)."""
+    out: list[dict[str, Any]] = []
+    for card in cards:
+        each = whole_entry(card)
+        out.extend([each] * (card.cards if isinstance(card, AmdHive) else 1))
+    return out[:gpus]

@@ -1,0 +1,158 @@
+"""Clearing cut cards for a merge (sched.clearing through sched.schedule_pass): a team within
+its nominal that waits for whole cards, while every card is cut small and held by another
+team's borrowed work, reclaims the holds of the cheapest cards, keeps the emptied cards from
+borrowers while it waits, and gets them merged; never below anyone's nominal, never above
+its own."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gpupoolctl.policy.model import GPU_MEMORY, ElasticPolicy, ElasticRule, QuotaScope
+from gpupoolctl.sched import Holder, JobRequest, PoolView, QueueEntry, schedule_pass
+from gpupoolctl.sched.cards import cards_of, predicted_slices
+from gpupoolctl.sched.elastic import ElasticInputs
+from gpupoolctl.sched.shares import ShareInputs
+
+T0 = datetime(2025, 6, 1, 22, 0, tzinfo=UTC)
+GIB = 1024
+HOST = "sg-dgx01"
+# How many 1g.10gb slices of each card the serving team holds (borrowed): gpu1 and gpu2
+# are the cheapest pair to empty (1 + 2 holds), gpu0 has 3, the rest all 7 (full).
+HELD = {0: 3, 1: 1, 2: 2, 3: 7, 4: 7, 5: 7, 6: 7, 7: 7}
+SINCE = "2025-06-01T20:00:00.000Z"
+
+
+def cut_node() -> list[dict[str, Any]]:
+    """The bundled pool's sg-dgx01, every card cut into 7 x 1g.10gb."""
+    from tests.property.test_elastic_properties import base_slices
+
+    whole = [dict(s) for s in base_slices() if s["host"] == HOST]
+    out: list[dict[str, Any]] = []
+    for card in cards_of(whole).values():
+        starts = card.geometry.by_name("1g.10gb").placement_starts  # type: ignore[union-attr]
+        out += predicted_slices(card, tuple(("1g.10gb", s) for s in starts))
+    return out
+
+
+def serving_holds(slices: list[dict[str, Any]], *, borrowed: bool = True) -> list[Holder]:
+    holds = []
+    for gpu, count in HELD.items():
+        mine = [s["id"] for s in slices if s["gpu"] == gpu][:count]
+        for n, sid in enumerate(mine):
+            holds.append(
+                Holder(
+                    alloc=f"a-{gpu}-{n}",
+                    slices=(sid,),
+                    job=f"s-{gpu}-{n}",
+                    priority=50,
+                    team="serve",
+                    borrowed=borrowed,
+                    since=SINCE,
+                )
+            )
+    return holds
+
+
+def shares(train_gib: int = 320, serve_gib: int = 0) -> ShareInputs:
+    return ShareInputs(
+        quotas={
+            "train": (QuotaScope(line=1, nominal={GPU_MEMORY: train_gib * GIB}),),
+            "serve": (QuotaScope(line=2, nominal={GPU_MEMORY: serve_gib * GIB}),),
+        }
+    )
+
+
+def elastic(slices: list[dict[str, Any]], idle_since: datetime | None = None) -> ElasticInputs:
+    policy = ElasticPolicy(
+        enabled=True,
+        rules=(ElasticRule(line=1, profiles=("1g.10gb", "3g.40gb")),),
+        min_idle_s=300,
+        batch_window_s=0,
+    )
+    changed = {} if idle_since is None else {f"{HOST}/gpu{g}": idle_since for g in range(8)}
+    return ElasticInputs(policy=policy, cards=cards_of(slices), changed=changed)
+
+
+def entry(name: str, team: str, seq: int, priority: int, **request: Any) -> QueueEntry:
+    return QueueEntry(
+        id=name,
+        priority=priority,
+        seq=seq,
+        enqueued=T0 - timedelta(minutes=10),
+        request=JobRequest(priority=priority, team=team, **request),
+        job=f"j-{name}",
+    )
+
+
+TRAIN = entry("train", "train", 1, 10, gpus=2, profile="gpu", same_node=True)
+SMALL = entry("small", "serve", 2, 50, memory_mib=8 * GIB)
+
+
+def test_the_holds_of_the_cheapest_cards_are_reclaimed_for_a_merge():
+    slices = cut_node()
+    view = PoolView(slices, serving_holds(slices))
+    result = schedule_pass(
+        [TRAIN], view, T0, preempt=True, shares=shares(), elastic=elastic(slices)
+    )
+    assert result.reclaim and result.preempt is not None
+    entry_, victims = result.preempt
+    assert entry_.id == "train"
+    assert victims == ["s-1-0", "s-2-0", "s-2-1"]  # gpu1 (1 hold) and gpu2 (2)
+
+
+def test_emptied_cards_are_kept_from_borrowers_and_merged_for_the_waiting_work():
+    slices = cut_node()
+    # gpu1 and gpu2 emptied, gpu0 full as well: their slices are the only free ones.
+    holds = [h for h in serving_holds(slices) if not h.job.startswith(("s-1-", "s-2-"))]
+    holds += [
+        Holder(alloc=f"b-{n}", slices=(s["id"],), job=f"s-0-x{n}", priority=50, team="serve",
+               borrowed=True, since=SINCE)
+        for n, s in enumerate(x for x in slices if x["gpu"] == 0)
+        if n >= HELD[0]
+    ]  # fmt: skip
+    inputs = elastic(slices, idle_since=T0 - timedelta(minutes=1))  # emptied a minute ago
+    queue = [TRAIN, SMALL]
+    result = schedule_pass(queue, PoolView(slices, holds), T0, preempt=True, shares=shares(),
+                           elastic=inputs)  # fmt: skip
+    # The small job would borrow, and the only free slices are on the emptied cards: it
+    # waits; the training job waits for their merge (min-idle has not passed).
+    assert result.placed == [] and result.preempt is None and result.recuts == []
+    assert result.kept_for == {f"{HOST}/gpu1": "train", f"{HOST}/gpu2": "train"}
+    why = dict((e.id, n.reason) for e, n in result.waiting)
+    assert "gpu1, sg-dgx01/gpu2 kept to be made whole for it" in why["train"]
+    # Without teams' clearing (the same pool, no training work), the small job takes them.
+    alone = schedule_pass([SMALL], PoolView(slices, holds), T0, shares=shares(), elastic=inputs)
+    assert [e.id for e, _ in alone.placed] == ["small"]
+
+    # Once min-idle has passed, the pass merges exactly those two cards for it.
+    later = elastic(slices, idle_since=T0 - timedelta(minutes=6))
+    result = schedule_pass(queue, PoolView(slices, holds), T0, preempt=True, shares=shares(),
+                           elastic=later)  # fmt: skip
+    merged = sorted(r.card.key for r in result.recuts)
+    assert merged == [f"{HOST}/gpu1", f"{HOST}/gpu2"]
+    assert all(r.after == "whole card" and r.jobs == ("j-train",) for r in result.recuts)
+
+
+def test_no_clearing_below_anyones_nominal_or_above_ones_own():
+    slices = cut_node()
+    # The serving team's holds were placed within its nominal (not borrowed): reclaim may
+    # not stop them, so nothing is reclaimed and no card is kept.
+    within = PoolView(slices, serving_holds(slices, borrowed=False))
+    result = schedule_pass([TRAIN], within, T0, preempt=True, shares=shares(),
+                           elastic=elastic(slices))  # fmt: skip
+    assert result.preempt is None and result.kept_for == {}
+    # Two whole cards (160 GiB) would take training above a 100 GiB nominal: no clearing.
+    result = schedule_pass([TRAIN], PoolView(slices, serving_holds(slices)), T0, preempt=True,
+                           shares=shares(train_gib=100), elastic=elastic(slices))  # fmt: skip
+    assert result.preempt is None and result.kept_for == {}
+
+
+def test_work_that_fits_a_cut_card_as_it_is_clears_nothing():
+    slices = cut_node()
+    small_train = entry("lora", "train", 1, 10, memory_mib=8 * GIB)
+    holds = serving_holds(slices)
+    result = schedule_pass([small_train], PoolView(slices, holds), T0, preempt=True,
+                           shares=shares(), elastic=elastic(slices))  # fmt: skip
+    assert [e.id for e, _ in result.placed] == ["lora"] and result.kept_for == {}
