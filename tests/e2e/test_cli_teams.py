@@ -136,3 +136,71 @@ def test_team_choice_is_checked_at_submit(jobs_cli, tmp_path: Path) -> None:
     assert "Traceback" not in unknown.stderr + other.stderr + stranger.stderr
     listed = jobs_cli("-q", "jobs", "--all", "-o", "json", extra_env=at(NIGHT, BOB))
     assert listed.json() == []  # nothing was queued by a refused submit
+
+
+CLEARING = """\
+version: 1
+elastic:
+  min-idle: 0s
+  batch-window: 0s
+  max-cards-per-pass: 2
+  rules:
+    - hosts: sg-dgx01
+      profiles: [1g.10gb]
+teams:
+  serve:
+    members: [alice]
+    quota: {nominal: {gpu-memory: 0GiB}}
+  train:
+    members: [bob]
+    quota: {nominal: {cards: 2}}
+"""
+
+
+def test_a_cut_card_is_cleared_and_merged_for_a_teams_whole_card_job(
+    jobs_cli, tmp_path: Path
+) -> None:
+    """Every card of sg-dgx01 cut into 7 x 1g.10gb and each holding one borrowed serving
+    job: training's whole-card job (within its nominal) reclaims the cheapest card's job,
+    the card is merged whole for it, and the requeued serving job is kept off it."""
+    policy = tmp_path / "pool.yaml"
+    policy.write_text(CLEARING)
+    layouts = str(Path(__file__).parents[2] / "playbooks" / "layouts.yaml")
+    cut = jobs_cli("-q", "-l", DGX, "partition", "apply", "-f", layouts, "-c", "inference",
+                   "--yes")  # fmt: skip
+    assert cut.code == 0, cut.stderr
+
+    def run(*args: str, who: dict[str, str]) -> Any:
+        return jobs_cli("-q", "--pool-policy", str(policy), "-l", DGX, *args,
+                        extra_env=at(MORNING, who))  # fmt: skip
+
+    small = ("submit", "--mem", "5G", "--policy", "spread", "--grace", "0", "--", PY, "-c", SLEEP)
+    served = [run(*small, who=ALICE) for _ in range(8)]
+    assert all(r.code == 0 for r in served), [r.stderr for r in served]
+    serving = [r.stdout.strip() for r in served]
+    state = jobs(jobs_cli, policy, MORNING)
+    cards = {state[j]["slice"].split("/mig-")[0] for j in serving}
+    assert len(cards) == 8  # one on every card: no card is idle
+
+    big = run("submit", "--profile", "gpu", "--", PY, "-c", SLEEP, who=BOB)
+    assert big.code == 0, big.stderr
+    train_id = big.stdout.strip()
+    for _ in range(5):  # passes: the victim stops, the card is merged, the job starts
+        if jobs(jobs_cli, policy, MORNING)[train_id]["state"] == "running":
+            break
+        assert run("schedule", who=BOB).code == 0
+    state = jobs(jobs_cli, policy, MORNING)
+    assert state[train_id]["state"] == "running", state[train_id]
+    card = state[train_id]["slice"]
+    assert "/mig-" not in card and card.startswith(f"{DGX}/gpu")
+    # One serving job was reclaimed (requeued: its second run), and runs elsewhere now:
+    # nothing of the serving team is on the card made whole.
+    moved = [j for j in serving if state[j]["run"] == 2]
+    assert len(moved) == 1 and all(state[j]["state"] == "running" for j in serving), state
+    assert not any(state[j]["slice"].startswith(f"{card}/") for j in serving)
+    (reshape,) = [
+        r["data"]
+        for r in jobs_cli("-q", "ledger", "show", "--op", "reshape", "-o", "json").json()
+        if r["data"]["state"] == "done"
+    ]
+    assert reshape["gpu"] == card and reshape["after"] == "whole card"
