@@ -10,9 +10,10 @@ never becomes idle for the elastic pass to merge. A clearing plan picks the cut 
 team's scopes whose merge would serve the request, emptied by stopping the fewest holds that
 reclaim may take (borrowed or preemptible work of teams above their nominal, never taking a
 team below its nominal: sched.shares.reclaimable). The pass reclaims those holds and, while
-the request waits for the merge (victims stopping, then the card's min-idle), keeps the
-planned cards' free slices from the work after it in the pass and from re-cuts for other
-work. Nothing is remembered between passes: every pass plans again from the pool as it is.
+the request waits for the merge (victims stopping, then the card's min-idle), does not lend
+the planned cards: work that would borrow gets none of their free slices and no re-cut of
+them (work within its own nominal still may use them: it has the same right). Nothing is
+remembered between passes: every pass plans again from the pool as it is.
 
 Only merges: work that waits for a bigger MIG profile than any card has today is served by
 reclaim of existing slices or by a card that empties on its own.
@@ -20,6 +21,7 @@ reclaim of existing slices or by a card that empties on its own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -57,19 +59,20 @@ def plan_clearing(
     elastic: ElasticInputs,
     *,
     spare: frozenset[str] = frozenset(),
+    kept: Mapping[str, str] | None = None,
 ) -> ClearingPlan | None:
     """The cheapest set of cut cards in the team's scopes whose merge gives the request
     the whole cards it lacks (on one host when it must stay on one node): fewest holds to
     stop, then fewest cards. None when no such set can be emptied by reclaim, when the
     merges would not fit in one elastic pass (max-cards-per-pass), or when the request
     would take the team above its nominal. `spare`: holds placed by this pass (never
-    victims)."""
+    victims); `kept`: cards already kept for other work in this pass (not planned again)."""
     scopes = usage.scopes(team)
     if not scopes:
         return None
     mergeable: list[AnyCard] = []
     for card in elastic.cards.values():
-        if card.whole or card.key in elastic.blocked:
+        if card.whole or card.key in elastic.blocked or (kept and card.key in kept):
             continue
         if not any(scope.selects(card.common) for scope in scopes):
             continue

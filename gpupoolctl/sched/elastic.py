@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -358,10 +359,12 @@ def plan_recuts(
     inputs: ElasticInputs,
     now: datetime,
     kept_for: Mapping[str, str] | None = None,
+    kept_from: AbstractSet[str] = frozenset(),
 ) -> list[Recut]:
     """Re-cuts for the work that waits (`waiting` in queue order; placement has already
     failed for each), within the policy's limits. `kept_for`: card key -> the entry id a
-    card is kept for (sched.clearing): no other entry's re-cut takes it."""
+    card is kept for (sched.clearing): no re-cut for an entry in `kept_from` (work that
+    would borrow) takes it."""
     policy = inputs.policy
     ready = [e for e in waiting if (now - e.enqueued).total_seconds() >= policy.batch_window_s]
     if not ready:
@@ -387,9 +390,9 @@ def plan_recuts(
             continue
         rest = [e for e in ready[index + 1 :] if e.id not in served]
         mine = (
-            free
-            if not kept_for
-            else [c for c in free if kept_for.get(c.card.key, entry.id) == entry.id]
+            [c for c in free if c.card.key not in kept_for]
+            if kept_for and entry.id in kept_from
+            else free
         )
         for recut, leftover in _for_entry(entry, rest, pool, mine, chosen, budget, inputs):
             spare.extend((len(chosen), s) for s in leftover)

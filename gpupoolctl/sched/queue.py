@@ -87,7 +87,7 @@ class PassResult:
     never: list[tuple[QueueEntry, NoFit]] = field(default_factory=list)  # refuse these
     reserved_for: list[str] = field(default_factory=list)  # starving entries, slices kept
     # With teams and elastic: card key -> the entry id whose merge it is kept for
-    # (sched.clearing); its free slices went to no one after that entry in this pass.
+    # (sched.clearing): work that would borrow got none of its free slices in this pass.
     kept_for: dict[str, str] = field(default_factory=dict)
     # Victims chosen for the first entry that preemption can help (the pass stops there:
     # what follows is decided again once they are gone).
@@ -138,6 +138,13 @@ def schedule_pass(
     def in_two_rounds() -> Iterator[tuple[QueueEntry, bool]]:
         for first in _in_order(entries, now, interval, cap, usage):
             yield first, False
+        # Cards kept for the merge of work within its nominal (sched.clearing) are not
+        # lent: work that would borrow does not get their free slices.
+        for card_key in result.kept_for:
+            for sid in elastic.cards[card_key].slices if elastic is not None else ():
+                if pool.is_free(sid):
+                    pool.take(sid)
+                    reserved.append(sid)
         for later in deferred:  # read once the first round is over
             yield later, True
 
@@ -211,7 +218,9 @@ def schedule_pass(
             clearing = None
             if elastic_on and team is not None and usage is not None and key not in unclearable:
                 assert elastic is not None
-                clearing = _clearing(team, entry.request, pool, usage, elastic, frozenset(mine))
+                clearing = _clearing(
+                    team, entry.request, pool, usage, elastic, frozenset(mine), result.kept_for
+                )
                 if clearing is None:
                     unclearable.add(key)  # the pool only gets fuller in this pass
             if preempt and entry.id not in no_preempt:
@@ -240,15 +249,12 @@ def schedule_pass(
                     result.preempt = (entry, victims)
                     break
             if clearing is not None and usage is not None and team is not None:
-                # Kept for its merge: nobody after it in this pass takes the cards' free
-                # slices, no re-cut for other work takes the cards, and the room it will
-                # hold counts against its team's nominal for the rest of the pass.
+                # Kept for its merge: work that would borrow gets none of the cards' free
+                # slices in this pass (work within its nominal still may), no re-cut for
+                # such work takes them, no other plan of the pass counts on them, and the
+                # room it will hold counts against its team's nominal for the rest of it.
                 for card in clearing.cards:
                     result.kept_for[card.key] = entry.id
-                    for sid in card.slices:
-                        if pool.is_free(sid):
-                            pool.take(sid)
-                            reserved.append(sid)
                 usage.change(team, clearing.entries, +1)
                 outcome = NoFit(f"{outcome.reason}; {clearing.describe()}", never=False)
             result.waiting.append((entry, outcome))
@@ -268,7 +274,8 @@ def schedule_pass(
         from gpupoolctl.sched.elastic import plan_recuts
 
         ready = [e for e, _ in result.waiting if e.id not in backing_off | at_limit]
-        result.recuts = plan_recuts(ready, pool, elastic, now, result.kept_for)
+        borrowers = {e.id for e in deferred}
+        result.recuts = plan_recuts(ready, pool, elastic, now, result.kept_for, borrowers)
     return result
 
 
@@ -318,10 +325,11 @@ def _clearing(
     usage: share_rules.Usage,
     elastic: ElasticInputs,
     spare: frozenset[str],
+    kept: Mapping[str, str],
 ) -> ClearingPlan | None:
     from gpupoolctl.sched.clearing import plan_clearing
 
-    return plan_clearing(team, request, pool, usage, elastic, spare=spare)
+    return plan_clearing(team, request, pool, usage, elastic, spare=spare, kept=kept)
 
 
 def _recut_reach(
