@@ -21,7 +21,7 @@ reclaim of existing slices or by a card that empties on its own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -41,8 +41,8 @@ class ClearingPlan:
 
     cards: tuple[AnyCard, ...]
     victims: tuple[str, ...]  # victim ids (Holder.victim_id); () when the cards are idle
-    # What the request would hold once the cards are whole: it counts against its team's
-    # nominal for the rest of the pass, so two waiting requests never plan the same room.
+    # What the request would hold once the cards are whole: the pass counts it against the
+    # team's nominal in its later plans, so two waiting requests never plan the same room.
     entries: tuple[dict[str, Any], ...]
 
     def describe(self) -> str:
@@ -60,13 +60,15 @@ def plan_clearing(
     *,
     spare: frozenset[str] = frozenset(),
     kept: Mapping[str, str] | None = None,
+    planned: Sequence[Mapping[str, Any]] = (),
 ) -> ClearingPlan | None:
     """The cheapest set of cut cards in the team's scopes whose merge gives the request
     the whole cards it lacks (on one host when it must stay on one node): fewest holds to
     stop, then fewest cards. None when no such set can be emptied by reclaim, when the
     merges would not fit in one elastic pass (max-cards-per-pass), or when the request
     would take the team above its nominal. `spare`: holds placed by this pass (never
-    victims); `kept`: cards already kept for other work in this pass (not planned again)."""
+    victims); `kept`: cards already kept for other work in this pass (not planned again);
+    `planned`: what the team's earlier plans in this pass will hold (counted as held)."""
     scopes = usage.scopes(team)
     if not scopes:
         return None
@@ -107,7 +109,7 @@ def plan_clearing(
     if len(cards) > elastic.policy.max_cards_per_pass:
         return None  # one pass could not merge them all: emptied cards would sit idle
     entries = tuple(_whole_entries(cards, request.gpus))
-    if not within_nominal(team, entries, usage):
+    if not within_nominal(team, [*planned, *entries], usage):
         return None
     victims = sorted({stoppable[alloc].victim_id for alloc in holds}, key=natural)
     return ClearingPlan(tuple(cards), tuple(victims), entries)

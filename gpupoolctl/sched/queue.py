@@ -129,6 +129,7 @@ def schedule_pass(
     usage = share_rules.Usage.of_pool(pool, shares) if shares is not None else None
     at_limit: set[str] = set()  # waiting for their team's quota: no re-cut for them
     unclearable: set[tuple[Any, ...]] = set()  # request keys no clearing plan can serve
+    planned: dict[str, list[dict[str, Any]]] = {}  # team -> what its clearing plans will hold
     # With teams, work that would borrow goes after all work within its team's nominal
     # (Kueue's order): else a borrower of higher priority takes what a reclaim freed for a
     # guaranteed job, and the next pass reclaims it again. Borrowers wait for a second round.
@@ -219,7 +220,14 @@ def schedule_pass(
             if elastic_on and team is not None and usage is not None and key not in unclearable:
                 assert elastic is not None
                 clearing = _clearing(
-                    team, entry.request, pool, usage, elastic, frozenset(mine), result.kept_for
+                    team,
+                    entry.request,
+                    pool,
+                    usage,
+                    elastic,
+                    frozenset(mine),
+                    result.kept_for,
+                    planned.get(team, []),
                 )
                 if clearing is None:
                     unclearable.add(key)  # the pool only gets fuller in this pass
@@ -251,11 +259,11 @@ def schedule_pass(
             if clearing is not None and usage is not None and team is not None:
                 # Kept for its merge: work that would borrow gets none of the cards' free
                 # slices in this pass (work within its nominal still may), no re-cut for
-                # such work takes them, no other plan of the pass counts on them, and the
-                # room it will hold counts against its team's nominal for the rest of it.
+                # such work takes them, and no other plan of the pass counts on them or on
+                # the room in its team's nominal that it will take.
                 for card in clearing.cards:
                     result.kept_for[card.key] = entry.id
-                usage.change(team, clearing.entries, +1)
+                planned.setdefault(team, []).extend(clearing.entries)
                 outcome = NoFit(f"{outcome.reason}; {clearing.describe()}", never=False)
             result.waiting.append((entry, outcome))
             if effective_priority(entry, now, interval=interval, cap=cap) >= cap:
@@ -326,10 +334,13 @@ def _clearing(
     elastic: ElasticInputs,
     spare: frozenset[str],
     kept: Mapping[str, str],
+    planned: Sequence[Mapping[str, Any]],
 ) -> ClearingPlan | None:
     from gpupoolctl.sched.clearing import plan_clearing
 
-    return plan_clearing(team, request, pool, usage, elastic, spare=spare, kept=kept)
+    return plan_clearing(
+        team, request, pool, usage, elastic, spare=spare, kept=kept, planned=planned
+    )
 
 
 def _recut_reach(

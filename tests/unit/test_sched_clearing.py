@@ -156,3 +156,22 @@ def test_work_that_fits_a_cut_card_as_it_is_clears_nothing():
     result = schedule_pass([small_train], PoolView(slices, holds), T0, preempt=True,
                            shares=shares(), elastic=elastic(slices))  # fmt: skip
     assert [e.id for e, _ in result.placed] == ["lora"] and result.kept_for == {}
+
+
+def test_two_waiting_jobs_never_plan_the_same_room_in_the_teams_nominal():
+    slices = cut_node()
+    second = entry("train2", "train", 2, 10, gpus=2, profile="gpu", same_node=True)
+    holds = serving_holds(slices)
+    roomy = schedule_pass([TRAIN, second], PoolView(slices, holds), T0, shares=shares(),
+                          elastic=elastic(slices))  # fmt: skip
+    assert sorted(set(roomy.kept_for.values())) == ["train", "train2"]  # 4 cards in 320 GiB
+    assert len(roomy.kept_for) == 4
+    tight = schedule_pass([TRAIN, second], PoolView(slices, holds), T0,
+                          shares=shares(train_gib=200), elastic=elastic(slices))  # fmt: skip
+    assert set(tight.kept_for.values()) == {"train"} and len(tight.kept_for) == 2
+    # ...and a plan takes nothing from the team's own later work within its nominal: it is
+    # neither deferred as borrowing nor kept off the planned cards.
+    lora = entry("lora", "train", 3, 10, memory_mib=8 * GIB)
+    placed = schedule_pass([TRAIN, lora], PoolView(slices, holds), T0,
+                           shares=shares(train_gib=200), elastic=elastic(slices))  # fmt: skip
+    assert [e.id for e, _ in placed.placed] == ["lora"] and not placed.borrowed
