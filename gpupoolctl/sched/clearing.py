@@ -21,7 +21,7 @@ reclaim of existing slices or by a card that empties on its own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,10 @@ class ClearingPlan:
 
     cards: tuple[AnyCard, ...]
     victims: tuple[str, ...]  # victim ids (Holder.victim_id); () when the cards are idle
+    # Card keys of the whole cards free now that the request counts on besides the merges
+    # (a job on two cards of one node, one of them whole already): kept with the others,
+    # else the elastic pass may cut them for other work while the merges wait.
+    ready: tuple[str, ...]
     # What the request would hold once the cards are whole: the pass counts it against the
     # team's nominal in its later plans, so two waiting requests never plan the same room.
     entries: tuple[dict[str, Any], ...]
@@ -100,10 +104,21 @@ def plan_clearing(
             holds.add(holder.alloc)
         else:
             costs.append((card, frozenset(holds)))
-    plans = [plan for group in _groups(request, costs) if (plan := _cheapest(request, pool, group))]
+    owner = {sid: card.key for card in elastic.cards.values() for sid in card.slices}
+
+    def usable(sid: str) -> bool:
+        """A free slice the request may count on: in the team's scopes, kept for no one."""
+        taken = kept is not None and owner.get(sid) in kept
+        return not taken and any(scope.selects(pool.slices[sid]) for scope in scopes)
+
+    plans = [
+        plan
+        for group in _groups(request, costs)
+        if (plan := _cheapest(request, pool, group, usable))
+    ]
     if not plans:
         return None
-    cards, holds = min(
+    cards, holds, ready = min(
         plans, key=lambda p: (len(p[1]), len(p[0]), natural(p[0][0].host), p[0][0].key)
     )
     if len(cards) > elastic.policy.max_cards_per_pass:
@@ -112,7 +127,8 @@ def plan_clearing(
     if not within_nominal(team, [*planned, *entries], usage):
         return None
     victims = sorted({stoppable[alloc].victim_id for alloc in holds}, key=natural)
-    return ClearingPlan(tuple(cards), tuple(victims), entries)
+    ready_cards = tuple(dict.fromkeys(owner[sid] for sid in ready if sid in owner))
+    return ClearingPlan(tuple(cards), tuple(victims), ready=ready_cards, entries=entries)
 
 
 def _groups(
@@ -128,16 +144,22 @@ def _groups(
 
 
 def _cheapest(
-    request: JobRequest, pool: PoolView, group: list[tuple[AnyCard, frozenset[str]]]
-) -> tuple[list[AnyCard], set[str]] | None:
+    request: JobRequest,
+    pool: PoolView,
+    group: list[tuple[AnyCard, frozenset[str]]],
+    usable: Callable[[str], bool],
+) -> tuple[list[AnyCard], set[str], list[str]] | None:
     """Cards of the group, fewest holds to stop first, until with the whole cards free now
-    they give the request its GPUs; None when the group cannot."""
+    (in the team's scopes) they give the request its GPUs: (cards, holds, the free slices
+    counted on); None when the group cannot."""
     if not group:
         return None
     host = group[0][0].host
     stays = request.gpus > 1 and (request.same_node or request.same_island)
     where = on_host(request, host) if stays else replace(request, gpus=1)
-    missing = request.gpus - sum(1 for _ in pool.free_candidates(where))
+    ready = [s.id for s in pool.free_candidates(where) if usable(s.id)]
+    ready = ready[: request.gpus - 1]  # all of them: it would have been placed
+    missing = request.gpus - len(ready)
     picked: list[AnyCard] = []
     holds: set[str] = set()
     for card, stop in sorted(group, key=lambda c: (len(c[1]), c[0].key)):
@@ -146,7 +168,7 @@ def _cheapest(
         picked.append(card)
         holds |= stop
         missing -= card.cards if isinstance(card, AmdHive) else 1
-    return (picked, holds) if missing <= 0 and picked else None
+    return (picked, holds, ready) if missing <= 0 and picked else None
 
 
 def _whole_entries(cards: list[AnyCard], gpus: int) -> list[dict[str, Any]]:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -358,13 +357,11 @@ def plan_recuts(
     pool: PoolView,
     inputs: ElasticInputs,
     now: datetime,
-    kept_for: Mapping[str, str] | None = None,
-    kept_from: AbstractSet[str] = frozenset(),
+    may_recut: Callable[[QueueEntry, AnyCard], bool] | None = None,
 ) -> list[Recut]:
     """Re-cuts for the work that waits (`waiting` in queue order; placement has already
-    failed for each), within the policy's limits. `kept_for`: card key -> the entry id a
-    card is kept for (sched.clearing): no re-cut for an entry in `kept_from` (work that
-    would borrow) takes it."""
+    failed for each), within the policy's limits. `may_recut(entry, card)`: whether a
+    re-cut for the entry may take the card (cards kept for other work: sched.clearing)."""
     policy = inputs.policy
     ready = [e for e in waiting if (now - e.enqueued).total_seconds() >= policy.batch_window_s]
     if not ready:
@@ -389,11 +386,7 @@ def plan_recuts(
         if budget <= 0:
             continue
         rest = [e for e in ready[index + 1 :] if e.id not in served]
-        mine = (
-            [c for c in free if c.card.key not in kept_for]
-            if kept_for and entry.id in kept_from
-            else free
-        )
+        mine = free if may_recut is None else [c for c in free if may_recut(entry, c.card)]
         for recut, leftover in _for_entry(entry, rest, pool, mine, chosen, budget, inputs):
             spare.extend((len(chosen), s) for s in leftover)
             chosen.append(recut)

@@ -42,6 +42,7 @@ from gpupoolctl.sched.request import PRIORITY_MAX, JobRequest
 
 if TYPE_CHECKING:
     from gpupoolctl.ledger.state import State
+    from gpupoolctl.sched.cards import AnyCard
     from gpupoolctl.sched.clearing import ClearingPlan
     from gpupoolctl.sched.elastic import ElasticInputs, Recut
     from gpupoolctl.sched.shares import ShareInputs
@@ -261,8 +262,8 @@ def schedule_pass(
                 # slices in this pass (work within its nominal still may), no re-cut for
                 # such work takes them, and no other plan of the pass counts on them or on
                 # the room in its team's nominal that it will take.
-                for card in clearing.cards:
-                    result.kept_for[card.key] = entry.id
+                for card_key in (*(c.key for c in clearing.cards), *clearing.ready):
+                    result.kept_for[card_key] = entry.id
                 planned.setdefault(team, []).extend(clearing.entries)
                 outcome = NoFit(f"{outcome.reason}; {clearing.describe()}", never=False)
             result.waiting.append((entry, outcome))
@@ -282,8 +283,10 @@ def schedule_pass(
         from gpupoolctl.sched.elastic import plan_recuts
 
         ready = [e for e, _ in result.waiting if e.id not in backing_off | at_limit]
-        borrowers = {e.id for e in deferred}
-        result.recuts = plan_recuts(ready, pool, elastic, now, result.kept_for, borrowers)
+        may_recut = None
+        if result.kept_for and usage is not None:
+            may_recut = partial(_may_recut, kept=result.kept_for, usage=usage)
+        result.recuts = plan_recuts(ready, pool, elastic, now, may_recut)
     return result
 
 
@@ -324,6 +327,19 @@ def _in_order(
 def backoff_reason(seconds: int) -> str:
     """Why a restart waits: "restarting in 8s (backoff)"."""
     return f"restarting in {max(1, seconds)}s (backoff)"
+
+
+def _may_recut(
+    entry: QueueEntry, card: AnyCard, *, kept: Mapping[str, str], usage: share_rules.Usage
+) -> bool:
+    """A card kept for another entry's merge (sched.clearing) is re-cut only for work whose
+    team has room in its nominal there: it is not lent to work that would borrow."""
+    claimant = kept.get(card.key)
+    team = entry.request.team
+    if claimant is None or claimant == entry.id or team is None:
+        return True
+    one = {**card.common, "kind": "mig", "memory_mib": entry.request.memory_mib or 0}
+    return share_rules.within_nominal(team, [one], usage)
 
 
 def _clearing(

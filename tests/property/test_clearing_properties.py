@@ -127,7 +127,9 @@ def test_clearing_reclaims_honestly_and_its_cards_get_merged_for_the_claimant(
     # (c) kept cards are not lent: no placement that borrows lands on them, no re-cut
     # for work that would borrow takes them
     lent = {s for e, p in result.placed if e.id in result.borrowed for s in p.slices}
-    borrowers = {f"j-{e.id}" for e in queue if e.request.team == "serve"}
+    (serve_scope,) = shares.quotas["serve"]
+    serve_full = serve_memory(pool) >= serve_scope.nominal[GPU_MEMORY]
+    borrowers = {f"j-{e.id}" for e in queue if e.request.team == "serve" and serve_full}
     for card in result.kept_for:
         card_slices = {s["id"] for s in slices if f"{s['host']}/gpu{s['gpu']}" == card}
         assert not card_slices & lent
@@ -141,7 +143,6 @@ def test_clearing_reclaims_honestly_and_its_cards_get_merged_for_the_claimant(
     victims = [h for h in pool.holds.values() if h.victim_id in set(victim_ids)]
     # (a) borrowed or preemptible serving work, never below its nominal
     assert victims and all(h.team == "serve" and (h.borrowed or h.preemptible) for h in victims)
-    (serve_scope,) = shares.quotas["serve"]
     before = serve_memory(pool)
     for holder in victims:
         pool.unhold(holder.alloc)

@@ -175,3 +175,40 @@ def test_two_waiting_jobs_never_plan_the_same_room_in_the_teams_nominal():
     placed = schedule_pass([TRAIN, lora], PoolView(slices, holds), T0,
                            shares=shares(train_gib=200), elastic=elastic(slices))  # fmt: skip
     assert [e.id for e, _ in placed.placed] == ["lora"] and not placed.borrowed
+
+
+def test_a_whole_card_the_job_counts_on_is_kept_too():
+    """A two-card job on one node with one whole card free already: the plan empties one cut
+    card and keeps the whole one as well, so no re-cut for borrowing work cuts it while the
+    merge waits (the flapping bench/shares found: one card merged, the other cut again)."""
+    from tests.property.test_elastic_properties import base_slices
+
+    slices = [s for s in cut_node() if s["gpu"] != 0]
+    slices += [dict(s) for s in base_slices() if s["id"] == f"{HOST}/gpu0"]
+    holds = [h for h in serving_holds(slices) if not h.job.startswith("s-0-")]
+    holds += [
+        Holder(
+            alloc=f"b-{n}",
+            slices=(s["id"],),
+            job=f"s-x{n}",
+            priority=50,
+            team="serve",
+            borrowed=True,
+            since=SINCE,
+        )
+        for n, s in enumerate(
+            x
+            for x in slices
+            if x["gpu"] in (1, 2) and x["id"] not in {sid for h in holds for sid in h.slices}
+        )
+    ]  # fmt: skip — every cut card full: the small job can only go to gpu0, cut
+    long_idle = elastic(slices, idle_since=T0 - timedelta(hours=1))
+    result = schedule_pass([TRAIN, SMALL], PoolView(slices, holds), T0, shares=shares(),
+                           elastic=long_idle)  # fmt: skip
+    assert result.kept_for[f"{HOST}/gpu0"] == "train"
+    assert f"{HOST}/gpu0" not in {r.card.key for r in result.recuts}
+    assert result.placed == []
+    # The control: without the training job the idle whole card is cut for the small one.
+    alone = schedule_pass([SMALL], PoolView(slices, holds), T0, shares=shares(),
+                          elastic=long_idle)  # fmt: skip
+    assert f"{HOST}/gpu0" in {r.card.key for r in alone.recuts}
