@@ -131,6 +131,7 @@ def schedule_pass(
     at_limit: set[str] = set()  # waiting for their team's quota: no re-cut for them
     unclearable: set[tuple[Any, ...]] = set()  # request keys no clearing plan can serve
     planned: dict[str, list[dict[str, Any]]] = {}  # team -> what its clearing plans will hold
+    starving: dict[str, str] = {}  # GPU key -> the starving entry an aging reservation kept it for
     # With teams, work that would borrow goes after all work within its team's nominal
     # (Kueue's order): else a borrower of higher priority takes what a reclaim freed for a
     # guaranteed job, and the next pass reclaims it again. Borrowers wait for a second round.
@@ -271,6 +272,7 @@ def schedule_pass(
                 for slot in list(pool.free_candidates(entry.request)):
                     pool.take(slot.id)
                     reserved.append(slot.id)
+                    starving.setdefault(slot.gpu, entry.id)
                 result.reserved_for.append(entry.id)
     finally:
         for slice_id in reversed(reserved):
@@ -278,14 +280,15 @@ def schedule_pass(
     if elastic_on and result.preempt is None:
         # After the aging reservations are given back: a starving entry's slices are
         # reserved against smaller work in this pass, not against a re-cut made for it
-        # (re-cuts go to waiting work in queue order, the starving entry first).
+        # (re-cuts go to waiting work in queue order, the starving entry first), nor for
+        # the smaller work: a card with a slice reserved for it is re-cut only for it.
         assert elastic is not None
         from gpupoolctl.sched.elastic import plan_recuts
 
         ready = [e for e, _ in result.waiting if e.id not in backing_off | at_limit]
         may_recut = None
-        if result.kept_for and usage is not None:
-            may_recut = partial(_may_recut, kept=result.kept_for, usage=usage)
+        if result.kept_for or starving:
+            may_recut = partial(_may_recut, kept=result.kept_for, starving=starving, usage=usage)
         result.recuts = plan_recuts(ready, pool, elastic, now, may_recut)
     return result
 
@@ -330,13 +333,29 @@ def backoff_reason(seconds: int) -> str:
 
 
 def _may_recut(
-    entry: QueueEntry, card: AnyCard, *, kept: Mapping[str, str], usage: share_rules.Usage
+    entry: QueueEntry,
+    card: AnyCard,
+    *,
+    kept: Mapping[str, str],
+    starving: Mapping[str, str],
+    usage: share_rules.Usage | None,
 ) -> bool:
-    """A card kept for another entry's merge (sched.clearing) is re-cut only for work whose
-    team has room in its nominal there: it is not lent to work that would borrow."""
+    """Whether a re-cut for `entry` may take `card`. A card with a slice an aging
+    reservation kept for a starving entry: only for that entry. A card kept for another
+    entry's merge (sched.clearing): only for work whose team has room in its nominal there
+    (it is not lent to work that would borrow)."""
+    from gpupoolctl.sched.cards import AmdHive  # only with elastic: the catalogs are loaded
+
+    if isinstance(card, AmdHive):
+        gpus = [f"{card.host}/gpu{i}" for i in card.indexes]
+    else:
+        gpus = [card.key]
+    owners = {starving[g] for g in gpus if g in starving}
+    if owners and entry.id not in owners:
+        return False
     claimant = kept.get(card.key)
     team = entry.request.team
-    if claimant is None or claimant == entry.id or team is None:
+    if claimant is None or claimant == entry.id or team is None or usage is None:
         return True
     one = {**card.common, "kind": "mig", "memory_mib": entry.request.memory_mib or 0}
     return share_rules.within_nominal(team, [one], usage)

@@ -212,3 +212,34 @@ def test_a_whole_card_the_job_counts_on_is_kept_too():
     alone = schedule_pass([SMALL], PoolView(slices, holds), T0, shares=shares(),
                           elastic=long_idle)  # fmt: skip
     assert f"{HOST}/gpu0" in {r.card.key for r in alone.recuts}
+
+
+def test_cards_an_aging_reservation_keeps_are_not_recut_for_smaller_work():
+    """A starving entry (aged to the cap) reserves the free slices that could serve it
+    against smaller work in the pass; a re-cut for that smaller work must not undo it by
+    cutting the reserved cards (bench/shares: two whole cards flapped between whole and
+    2 x 3g.40gb all night, 513 re-cuts on one day). No teams needed."""
+    from tests.property.test_elastic_properties import base_slices
+
+    whole = [dict(s) for s in base_slices() if s["host"] == HOST]
+    busy = [Holder(alloc=f"a-{g}", slices=(f"{HOST}/gpu{g}",), job=f"b-{g}") for g in range(6)]
+    starving = QueueEntry(
+        id="big",
+        priority=10,
+        seq=0,
+        enqueued=T0 - timedelta(days=1),  # aged to the cap
+        request=JobRequest(gpus=3, profile="gpu", same_node=True, priority=10),
+        job="j-big",
+    )
+    small = QueueEntry(
+        id="small", priority=50, seq=1, enqueued=T0 - timedelta(minutes=10),
+        request=JobRequest(memory_mib=8 * GIB, priority=50), job="j-small",
+    )  # fmt: skip
+    policy = elastic(whole, idle_since=T0 - timedelta(hours=1))
+    result = schedule_pass([starving, small], PoolView(whole, busy), T0, elastic=policy)
+    assert result.reserved_for == ["big"] and result.placed == []
+    assert result.recuts == []  # gpu6 and gpu7 stay whole for the starving job
+    # The control: not yet starving, the small job gets an idle card cut for it.
+    young = QueueEntry(**{**starving.__dict__, "enqueued": T0 - timedelta(minutes=5)})
+    result = schedule_pass([young, small], PoolView(whole, busy), T0, elastic=policy)
+    assert result.reserved_for == [] and [r.jobs for r in result.recuts] == [("j-small",)]
