@@ -10,7 +10,8 @@ schedule_pass() is one pass over the queue on a pool view: each entry in order i
 it fits, and later entries may backfill around one that does not. Backfill could still
 starve a big job (small ones keep taking what it needs as it frees up), so once an entry
 that has aged to the cap does not fit, every free slice that could serve it is reserved for
-the rest of the pass: later entries may only use slices it could never use.
+the rest of the pass: later entries may only use slices it could never use, and no re-cut
+for other work takes a card that holds one of them.
 
 An entry with a `not_before` later than `now` (a restart waiting out its back-off,
 jobs.restarts) is left waiting: it is not placed, preempts nothing, reserves nothing and no
@@ -20,7 +21,8 @@ The same pass is the whole decision of the scheduling loop, in production and in
 benchmarks alike (one scheduler): it may also choose victims to preempt for an entry that
 does not fit (`preempt`), and, with an elastic policy, hide from small work the whole cards
 that elastic may cut for it and choose the re-cuts that let waiting work fit
-(sched.elastic). The caller executes what it returns: records, launches, stops, re-cuts.
+(sched.elastic); with teams too, clear cut cards for a team's whole-card work by reclaim
+(sched.clearing). The caller executes what it returns: records, launches, stops, re-cuts.
 """
 
 from __future__ import annotations
@@ -371,6 +373,7 @@ def _clearing(
     kept: Mapping[str, str],
     planned: Sequence[Mapping[str, Any]],
 ) -> ClearingPlan | None:
+    """sched.clearing.plan_clearing, loaded only by passes with an elastic policy."""
     from gpupoolctl.sched.clearing import plan_clearing
 
     return plan_clearing(
