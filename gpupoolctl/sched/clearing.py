@@ -123,7 +123,9 @@ def plan_clearing(
     )
     if len(cards) > elastic.policy.max_cards_per_pass:
         return None  # one pass could not merge them all: emptied cards would sit idle
-    entries = tuple(_whole_entries(cards, request.gpus))
+    # All the request would hold: the free whole cards it counts on and the merged ones.
+    on_ready = [dict(pool.slices[sid]) for sid in ready]
+    entries = tuple(on_ready + _whole_entries(cards, request.gpus - len(ready)))
     if not within_nominal(team, [*planned, *entries], usage):
         return None
     victims = sorted({stoppable[alloc].victim_id for alloc in holds}, key=natural)

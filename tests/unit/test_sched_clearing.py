@@ -243,3 +243,19 @@ def test_cards_an_aging_reservation_keeps_are_not_recut_for_smaller_work():
     young = QueueEntry(**{**starving.__dict__, "enqueued": T0 - timedelta(minutes=5)})
     result = schedule_pass([young, small], PoolView(whole, busy), T0, elastic=policy)
     assert result.reserved_for == [] and [r.jobs for r in result.recuts] == [("j-small",)]
+
+
+def test_the_whole_card_counted_on_counts_against_the_nominal_too():
+    """A two-card job with one card whole and free already needs one merge, but holds two
+    cards: a nominal of 120 GiB (one card and a half) admits no plan for it."""
+    from tests.property.test_elastic_properties import base_slices
+
+    slices = [s for s in cut_node() if s["gpu"] != 0]
+    slices += [dict(s) for s in base_slices() if s["id"] == f"{HOST}/gpu0"]
+    holds = [h for h in serving_holds(slices) if not h.job.startswith("s-0-")]
+    roomy = schedule_pass([TRAIN], PoolView(slices, holds), T0, preempt=True, shares=shares(),
+                          elastic=elastic(slices))  # fmt: skip
+    assert roomy.reclaim and roomy.kept_for == {}  # the pass stopped at the reclaim
+    tight = schedule_pass([TRAIN], PoolView(slices, holds), T0, preempt=True,
+                          shares=shares(train_gib=120), elastic=elastic(slices))  # fmt: skip
+    assert tight.preempt is None and tight.kept_for == {}
