@@ -19,12 +19,10 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
-import multiprocessing as mp
 import os
 import statistics
 import sys
 import tempfile
-import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import pool_slices, sqlite_setup, sqlite_worker  # noqa: E402
+from run import pool_slices, run_procs, sqlite_setup, sqlite_worker  # noqa: E402
 
 TS = "2026-12-05T00:00:00.000Z"
 
@@ -106,24 +104,6 @@ def writer(path: str, owner: str, txns: int, barrier: Any, sync: bool = True) ->
     for i in range(txns):
         w.commit("alloc", f"{owner}-{i}", sync)
         w.commit("release", f"{owner}-{i}", sync)
-
-
-def run_procs(target: Any, path: str, procs: int, txns: int, *extra: Any) -> float:
-    ctx = mp.get_context("fork")
-    barrier = ctx.Barrier(procs + 1)
-    workers = [
-        ctx.Process(target=target, args=(path, f"w{i}", txns, barrier, *extra))
-        for i in range(procs)
-    ]
-    for proc in workers:
-        proc.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for proc in workers:
-        proc.join()
-    if any(p.exitcode != 0 for p in workers):
-        raise SystemExit(f"{target.__name__}: a worker failed")
-    return time.perf_counter() - start
 
 
 def check(path: Path, procs: int, txns: int) -> None:

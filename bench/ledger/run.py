@@ -127,11 +127,14 @@ def sqlite_worker(path: str, owner: str, txns: int, barrier: Any) -> None:
     db.close()
 
 
-def run_procs(target: Any, path: str, procs: int, txns: int) -> float:
+def run_procs(target: Any, path: str, procs: int, txns: int, *extra: Any) -> float:
+    """Seconds for `procs` processes of target(path, owner, txns, barrier, *extra), timed
+    from the barrier they all pass once ready."""
     ctx = mp.get_context("fork")
     barrier = ctx.Barrier(procs + 1)
     workers = [
-        ctx.Process(target=target, args=(path, f"w{i}", txns, barrier)) for i in range(procs)
+        ctx.Process(target=target, args=(path, f"w{i}", txns, barrier, *extra))
+        for i in range(procs)
     ]
     for proc in workers:
         proc.start()

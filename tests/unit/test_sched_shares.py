@@ -542,9 +542,8 @@ def test_what_a_reclaim_freed_goes_to_the_guaranteed_work_not_to_a_higher_priori
 
 def _hive_cut_small() -> tuple[list[dict[str, Any]], ElasticInputs]:
     """The bundled pool's MI300X hive cut into CPX/NPS4: 64 partitions of 24 GB."""
-    from tests.property.test_elastic_properties import base_slices
-
     from gpupoolctl.sched.cards import AmdHive, predicted_slices
+    from tests.property.test_elastic_properties import base_slices
 
     whole = [dict(s) for s in base_slices() if s["host"] == "dxb-mi300x-01"]
     (hive,) = [c for c in cards_of(whole).values() if isinstance(c, AmdHive)]
