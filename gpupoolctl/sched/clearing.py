@@ -68,11 +68,12 @@ def plan_clearing(
 ) -> ClearingPlan | None:
     """The cheapest set of cut cards in the team's scopes whose merge gives the request
     the whole cards it lacks (on one host when it must stay on one node): fewest holds to
-    stop, then fewest cards. None when no such set can be emptied by reclaim, when the
-    merges would not fit in one elastic pass (max-cards-per-pass), or when the request
-    would take the team above its nominal. `spare`: holds placed by this pass (never
-    victims); `kept`: cards already kept for other work in this pass (not planned again);
-    `planned`: what the team's earlier plans in this pass will hold (counted as held)."""
+    stop, then fewest cards. None when no such set can be emptied by reclaim or when the
+    request would take the team above its nominal. Merges beyond one pass's
+    max-cards-per-pass are made over several passes (sched.elastic), this plan made again
+    in each. `spare`: holds placed by this pass (never victims); `kept`: cards already kept
+    for other work in this pass (not planned again); `planned`: what the team's earlier
+    plans in this pass will hold (counted as held)."""
     scopes = usage.scopes(team)
     if not scopes:
         return None
@@ -121,8 +122,6 @@ def plan_clearing(
     cards, holds, ready = min(
         plans, key=lambda p: (len(p[1]), len(p[0]), natural(p[0][0].host), p[0][0].key)
     )
-    if len(cards) > elastic.policy.max_cards_per_pass:
-        return None  # one pass could not merge them all: emptied cards would sit idle
     # All the request would hold: the free whole cards it counts on and the merged ones.
     on_ready = [dict(pool.slices[sid]) for sid in ready]
     entries = tuple(on_ready + _whole_entries(cards, request.gpus - len(ready)))

@@ -430,28 +430,38 @@ def _merge(
     entry: QueueEntry, pool: PoolView, mergeable: Sequence[_Candidate], budget: int
 ) -> list[tuple[Recut, list[dict[str, Any]]]]:
     """Make idle cut cards whole for work that needs whole cards: on one host when the work
-    must stay on one node (the host that needs fewest merges), else the first ones."""
+    must stay on one node (the host that needs fewest merges), else the first ones.
+
+    Work that needs more merges than this pass's budget gets the first `budget` of them
+    now and the rest in later passes (a node of eight cards, four re-cuts a pass): the
+    cards made whole wait idle for it, out of reach of re-cuts for min-idle, and the next
+    pass plans again from the pool as it is, so it finishes the same host's merges
+    (which now need fewest) unless work ahead of it in the queue takes them first."""
     request = entry.request
     need = request.gpus
     by_host: dict[str, list[_Candidate]] = {}
     for cand in mergeable:
         by_host.setdefault(cand.card.host, []).append(cand)
-    plans: list[tuple[int, str, list[_Candidate]]] = []
+    groups: list[tuple[str, list[_Candidate], int]] = []  # host ("" any), candidates, missing
     if request.gpus > 1 and (request.same_node or request.same_island):
         for host, group in by_host.items():
             have = sum(1 for _ in pool.free_candidates(on_host(request, host)))
-            picked = _enough(group, need - have, budget)
-            if picked:
-                plans.append((len(picked), host, picked))
+            groups.append((host, group, need - have))
     else:
         have = sum(1 for _ in pool.free_candidates(request))
-        picked = _enough(list(mergeable), need - have, budget)
+        groups.append(("", list(mergeable), need - have))
+    plans: list[tuple[int, str, list[_Candidate]]] = []
+    for host, group, missing in groups:
+        picked = _enough(group, missing)
         if picked:
-            plans.append((len(picked), "", picked))
-    if not plans:
+            plans.append((len(picked), host, picked))
+    if not plans or budget <= 0:
         return []
     _, _, picked = min(plans, key=lambda p: (p[0], natural(p[1])))
     reason = f"{entry.request.describe()} waits for whole cards"
+    if len(picked) > budget:
+        reason += f" ({budget} of the {len(picked)} merges it needs in this pass)"
+        picked = picked[:budget]
     out = []
     for cand in picked:
         layout = cand.card.whole_layout
@@ -460,15 +470,13 @@ def _merge(
     return out
 
 
-def _enough(group: Sequence[_Candidate], missing: int, budget: int) -> list[_Candidate]:
-    """The first candidates that, made whole, give `missing` whole cards ([] if they cannot
-    within the budget); an AMD hive gives all of its cards."""
+def _enough(group: Sequence[_Candidate], missing: int) -> list[_Candidate]:
+    """The first candidates that, made whole, give `missing` whole cards ([] if all of them
+    cannot); an AMD hive gives all of its cards."""
     if missing <= 0:
         return []
     picked: list[_Candidate] = []
     for cand in group:
-        if len(picked) == budget:
-            break
         picked.append(cand)
         missing -= cand.card.cards if isinstance(cand.card, AmdHive) else 1
         if missing <= 0:

@@ -69,7 +69,7 @@ def cases(draw: st.DrawFn) -> dict[str, Any]:
         )
         for n, sid in enumerate(held)
     ]
-    gpus = draw(st.sampled_from([1, 2, 4]))
+    gpus = draw(st.sampled_from([1, 2, 4, 8]))  # 8: merged over two passes
     train = QueueEntry(
         id="train",
         priority=10,
@@ -134,7 +134,8 @@ def test_clearing_reclaims_honestly_and_its_cards_get_merged_for_the_claimant(
         card_slices = {s["id"] for s in slices if f"{s['host']}/gpu{s['gpu']}" == card}
         assert not card_slices & lent
         assert all(r.card.key != card or not set(r.jobs) & borrowers for r in result.recuts)
-    event(f"reclaim={result.reclaim}, kept={bool(result.kept_for)}")
+    gpus = queue[0].request.gpus
+    event(f"reclaim={result.reclaim}, kept={bool(result.kept_for)}, gpus={gpus}")
     if not result.reclaim:
         return
     assert result.preempt is not None
@@ -153,7 +154,7 @@ def test_clearing_reclaims_honestly_and_its_cards_get_merged_for_the_claimant(
     remaining = [h for h in holds if h.victim_id not in set(victim_ids)]
     later = NOW + timedelta(minutes=6)
     current = slices
-    for _ in range(3):
+    for _ in range(4):
         step = schedule_pass([claimant], PoolView(current, remaining), later, shares=shares,
                              elastic=inputs(current, NOW))  # fmt: skip
         if any(e.id == "train" for e, _ in step.placed):

@@ -259,3 +259,36 @@ def test_the_whole_card_counted_on_counts_against_the_nominal_too():
     tight = schedule_pass([TRAIN], PoolView(slices, holds), T0, preempt=True,
                           shares=shares(train_gib=120), elastic=elastic(slices))  # fmt: skip
     assert tight.preempt is None and tight.kept_for == {}
+
+
+def test_a_job_of_more_cards_than_one_pass_merges_is_cleared_and_merged_over_passes():
+    """Eight cards for an eight-GPU job, four merges a pass: the plan reclaims the borrowed
+    work on all eight cut cards at once (it used to plan none: more than one pass could
+    merge), then the elastic pass merges four, the next pass the other four, and the job
+    runs."""
+    from tests.property.test_elastic_properties import apply_recuts
+
+    slices = cut_node()
+    big = entry("big", "train", 1, 10, gpus=8, profile="gpu", same_node=True)
+    holds = serving_holds(slices)
+    result = schedule_pass([big], PoolView(slices, holds), T0, preempt=True,
+                           shares=shares(train_gib=640), elastic=elastic(slices))  # fmt: skip
+    assert result.reclaim and result.preempt is not None
+    assert len(result.preempt[1]) == sum(HELD.values())  # every hold on the node
+    # Too little nominal for eight cards: nothing is reclaimed for it.
+    short = schedule_pass([big], PoolView(slices, holds), T0, preempt=True,
+                          shares=shares(train_gib=600), elastic=elastic(slices))  # fmt: skip
+    assert short.preempt is None
+
+    current, at = slices, T0 + timedelta(minutes=10)
+    merged: list[str] = []
+    for _ in range(2):  # victims gone, cards idle past min-idle: four merges a pass
+        step = schedule_pass([big], PoolView(current), at, shares=shares(train_gib=640),
+                             elastic=elastic(current, idle_since=T0))  # fmt: skip
+        assert step.placed == [] and len(step.recuts) == 4
+        merged += [r.card.key for r in step.recuts]
+        current = apply_recuts(current, step.recuts)
+    assert sorted(merged) == [f"{HOST}/gpu{g}" for g in range(8)]
+    last = schedule_pass([big], PoolView(current), at, shares=shares(train_gib=640),
+                         elastic=elastic(current, idle_since=T0))  # fmt: skip
+    assert [e.id for e, _ in last.placed] == ["big"]

@@ -1,0 +1,109 @@
+"""Merges across passes: same-node work that needs more whole cards than one pass may
+re-cut (max-cards-per-pass) gets them over several passes, and then runs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gpupoolctl.policy.model import ElasticPolicy, ElasticRule
+from gpupoolctl.sched import JobRequest, PoolView, QueueEntry, schedule_pass
+from gpupoolctl.sched.cards import cards_of
+from gpupoolctl.sched.elastic import ElasticInputs
+from tests.unit.test_sched_clearing import HOST, cut_node
+
+T0 = datetime(2025, 6, 1, 22, 0, tzinfo=UTC)
+MIN_IDLE = timedelta(minutes=5)
+
+BIG = QueueEntry(
+    id="big",
+    priority=10,
+    seq=1,
+    enqueued=T0 - timedelta(minutes=10),
+    request=JobRequest(priority=10, gpus=8, profile="gpu", same_node=True),
+    job="j-big",
+)
+
+
+def inputs(slices: list[dict[str, Any]], changed: dict[str, datetime], per_pass: int = 4):
+    policy = ElasticPolicy(
+        enabled=True,
+        rules=(ElasticRule(line=1, profiles=("1g.10gb", "3g.40gb")),),
+        min_idle_s=MIN_IDLE.total_seconds(),
+        max_cards_per_pass=per_pass,
+        batch_window_s=0,
+    )
+    return ElasticInputs(policy=policy, cards=cards_of(slices), changed=changed)
+
+
+def made(slices: list[dict[str, Any]], result: Any) -> list[dict[str, Any]]:
+    """The slices once the pass's re-cuts are done (as the node reports them)."""
+    cut = {r.card.key for r in result.recuts}
+    kept = [s for s in slices if f"{s['host']}/gpu{s['gpu']}" not in cut]
+    return kept + [s for r in result.recuts for s in r.slices()]
+
+
+def test_an_eight_card_job_is_merged_for_over_two_passes_and_then_placed():
+    slices = cut_node()  # eight idle cards, each cut into 7 x 1g.10gb
+    long_ago = {f"{HOST}/gpu{g}": T0 - timedelta(hours=1) for g in range(8)}
+
+    first = schedule_pass([BIG], PoolView(slices), T0, elastic=inputs(slices, long_ago))
+    assert first.placed == []
+    assert len(first.recuts) == 4  # the pass's budget, not nothing
+    assert all(r.after == "whole card" and r.jobs == ("j-big",) for r in first.recuts)
+    assert "4 of the 8 merges" in first.recuts[0].reason
+
+    slices = made(slices, first)
+    changed = {**long_ago, **{r.card.key: T0 + timedelta(minutes=1) for r in first.recuts}}
+    at = T0 + timedelta(minutes=2)  # the merged cards are idle under min-idle: not re-cut
+    second = schedule_pass([BIG], PoolView(slices), at, elastic=inputs(slices, changed))
+    assert second.placed == []
+    done = {r.card.key for r in first.recuts}
+    assert len(second.recuts) == 4 and not done & {r.card.key for r in second.recuts}
+    assert "4 of the" not in second.recuts[0].reason  # these are all it still needs
+
+    slices = made(slices, second)
+    third = schedule_pass([BIG], PoolView(slices), at + timedelta(minutes=1))
+    assert [e.id for e, _ in third.placed] == ["big"]
+    assert len(third.placed[0][1].slices) == 8
+
+
+def test_a_job_no_host_could_ever_serve_gets_no_partial_merge():
+    slices = cut_node()
+    nine = QueueEntry(
+        id="nine",
+        priority=10,
+        seq=1,
+        enqueued=T0 - timedelta(minutes=10),
+        request=JobRequest(priority=10, gpus=9, profile="gpu", same_node=True),
+    )
+    long_ago = {f"{HOST}/gpu{g}": T0 - timedelta(hours=1) for g in range(8)}
+    result = schedule_pass([nine], PoolView(slices), T0, elastic=inputs(slices, long_ago))
+    assert result.recuts == []  # eight cards can never hold nine GPUs: nothing is merged
+
+
+def test_partial_merges_only_where_the_idle_cards_could_serve_it_all():
+    slices = cut_node()
+    long_ago = {f"{HOST}/gpu{g}": T0 - timedelta(hours=1) for g in range(8)}
+    # Two of the node's cards are busy: six cards could never serve eight GPUs.
+    from gpupoolctl.sched import Holder
+
+    busy = [next(s["id"] for s in slices if s["gpu"] == g) for g in (0, 1)]
+    holds = [Holder(alloc=f"a{n}", slices=(sid,)) for n, sid in enumerate(busy)]
+    result = schedule_pass(
+        [BIG], PoolView(slices, holds), T0, elastic=inputs(slices, long_ago, per_pass=2)
+    )
+    assert result.recuts == []
+    # Six GPUs instead: the six idle cards, two per pass.
+    six = QueueEntry(
+        id="six",
+        priority=10,
+        seq=1,
+        enqueued=T0 - timedelta(minutes=10),
+        request=JobRequest(priority=10, gpus=6, profile="gpu", same_node=True),
+    )
+    result = schedule_pass(
+        [six], PoolView(slices, holds), T0, elastic=inputs(slices, long_ago, per_pass=2)
+    )
+    assert sorted(r.card.key for r in result.recuts) == [f"{HOST}/gpu2", f"{HOST}/gpu3"]
+    assert "2 of the 6 merges" in result.recuts[0].reason
