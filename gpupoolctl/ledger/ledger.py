@@ -11,6 +11,7 @@ and what a crash may then leave). Warnings are returned, never printed.
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 import socket
@@ -49,11 +50,15 @@ def default_actor() -> str:
     return f"{current_user()}@{socket.gethostname()}"
 
 
+# Records use a few dozen field names over and over: each is judged once per process.
+_looks_secret = functools.lru_cache(maxsize=4096)(looks_secret)
+
+
 def check_no_secrets(value: Any, where: str = "data") -> None:
     """Refuse payload keys that look like secrets: the ledger is read with less and grep."""
     if isinstance(value, dict):
         for key, item in value.items():
-            if looks_secret(str(key)):
+            if _looks_secret(str(key)):
                 raise LedgerError(
                     f"refusing to record {where}.{key}: secrets never go in the ledger"
                 )
@@ -183,6 +188,26 @@ def autocompact_from_env(environ: Mapping[str, str] | None = None) -> int:
     return int(text)
 
 
+class _OpenJournal:
+    """A journal descriptor a writer keeps between transactions; closed when forgotten or
+    when the Ledger goes away (never in a forked child, which opens its own)."""
+
+    def __init__(self, fd: int, pid: int, dev: int, ino: int) -> None:
+        self.fd, self.pid, self.dev, self.ino = fd, pid, dev, ino
+
+    def is_at(self, st: os.stat_result) -> bool:
+        """Whether this is the journal `st` describes, opened by this process."""
+        return (self.pid, self.dev, self.ino) == (os.getpid(), st.st_dev, st.st_ino)
+
+    def close(self) -> None:
+        if self.fd >= 0 and self.pid == os.getpid():
+            with suppress(OSError):
+                os.close(self.fd)
+        self.fd = -1
+
+    __del__ = close
+
+
 class Ledger:
     @classmethod
     def from_env(
@@ -220,6 +245,9 @@ class Ledger:
         self._lock = FileLock(self.paths.lock, on_wait=on_lock_wait)
         self._watermark = watermark.Watermark(self.paths)
         self._loaded: replay.Loaded | None = None
+        # The journal a writer appends to, kept open between transactions while it is the
+        # file at P (compaction and repair put a new one there).
+        self._journal: _OpenJournal | None = None
         # Set by follow() for a reader that follows the ledger; None for everyone else.
         self.observe: replay.Observer | None = None
 
@@ -237,6 +265,12 @@ class Ledger:
     def close(self) -> None:
         self._lock.close()
         self._watermark.close()
+        self._forget_journal()
+
+    def _forget_journal(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+        self._journal = None
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -254,9 +288,9 @@ class Ledger:
                 raise LedgerError(f"cannot write {self.paths.journal}: permission denied") from None
             return os.open(self.paths.journal, os.O_RDONLY | os.O_CLOEXEC)
 
-    def _refresh(self, fd: int | None) -> replay.Loaded:
+    def _refresh(self, fd: int | None, st: os.stat_result | None = None) -> replay.Loaded:
         try:
-            self._loaded = replay.refresh(self._loaded, self.paths, fd, self.observe)
+            self._loaded = replay.refresh(self._loaded, self.paths, fd, self.observe, st)
         except BaseException:
             self._loaded = None
             raise
@@ -290,8 +324,8 @@ class Ledger:
             f"interrupted writer) {what}"
         )
 
-    def _mode_warning(self, fd: int) -> str | None:
-        mode = os.fstat(fd).st_mode & 0o777
+    def _mode_warning(self, fd: int, st_mode: int) -> str | None:
+        mode = st_mode & 0o777
         if mode & 0o077 and os.access(self.paths.journal, os.W_OK):
             os.fchmod(fd, FILE_MODE)
             return f"{self.paths.journal}: mode {mode:o} was too open; set to 600"
@@ -332,22 +366,39 @@ class Ledger:
 
     # -- writing --------------------------------------------------------------------------
 
+    def _journal_for_writing(self) -> tuple[int, os.stat_result, bool]:
+        """Under the write lock: the journal open for appending, its status, and whether
+        this call created it. One stat of P per transaction says whether the descriptor
+        kept from the last one is still the journal there (a forked child opens its own)."""
+        try:
+            st = os.stat(self.paths.journal)
+        except FileNotFoundError:
+            st = None
+        kept = self._journal
+        if st is not None and kept is not None and kept.is_at(st):
+            return kept.fd, st, False
+        self._forget_journal()
+        fd = self._open_journal(create=True)
+        assert fd is not None
+        opened = os.fstat(fd)
+        self._journal = _OpenJournal(fd, os.getpid(), opened.st_dev, opened.st_ino)
+        return fd, opened, st is None
+
     @contextmanager
     def _exclusive(self) -> Iterator[tuple[int, replay.Loaded, list[str]]]:
         """Hold the write lock with the journal open, the state current and the tail clean."""
-        ensure_folder(self.paths.folder, create=self.is_default)
+        if self._journal is None:  # the first write of this process: the folder may be new
+            ensure_folder(self.paths.folder, create=self.is_default)
         with self._lock.exclusive():
-            existed = self.paths.journal.exists()
-            fd = self._open_journal(create=True)
-            assert fd is not None
             try:
-                if not existed and self.durable:
+                fd, st, created = self._journal_for_writing()
+                if created and self.durable:
                     fsync_dir(self.paths.folder)
                 warnings: list[str] = []
-                mode_note = self._mode_warning(fd)
+                mode_note = self._mode_warning(fd, st.st_mode)
                 if mode_note:
                     warnings.append(mode_note)
-                loaded = self._refresh(fd)
+                loaded = self._refresh(fd, st)
                 if loaded.scan.torn is not None:
                     warnings.append(self._torn_warning(loaded, removed=True))
                     if loaded.scan.torn.reason == replay.CRASH_TAIL:
@@ -366,8 +417,11 @@ class Ledger:
                     loaded.scan.torn = None
                     loaded = self._refresh(fd)
                 yield fd, loaded, warnings
-            finally:
-                os.close(fd)
+            except BaseException:
+                # Whatever went wrong (a full disk, a journal swapped underneath), the next
+                # transaction opens the journal afresh.
+                self._forget_journal()
+                raise
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
@@ -387,12 +441,13 @@ class Ledger:
             fileio.sync(fd)
         except OSError as exc:
             self._loaded = None
+            # A failed sync's error is reported once per open file: open afresh, so that a
+            # later sync on it cannot succeed over the lost pages.
+            self._forget_journal()
             raise LedgerError(
                 f"cannot confirm that the write to {self.paths.journal} is durable: "
                 f"{exc.strerror}; run `gpupoolctl ledger verify`"
             ) from None
-        finally:
-            os.close(fd)
         # Left low, damage just above it would be cut to quarantine rather than refused:
         # the window a power cut leaves anyway (watermark.SYNC_SPAN), not a lost write.
         with suppress(OSError):
@@ -430,17 +485,14 @@ class Ledger:
             scan.lines += len(tx.records)
             scan.records += len(tx.records)
             scan.last_seq = tx.records[-1]["seq"]
-            loaded.size = scan.end
-            loaded.ident = replay._ident(self.paths, fd)[0]
+            loaded.size = scan.end  # the files' identity (loaded.ident) is as it was
             if self.autocompact and scan.records >= self.autocompact:
                 if self.durable:  # compaction copies the journal: make it whole first
                     fileio.sync(fd)
                 tx.warnings.extend(self._compact_after_write(fd, loaded))
             elif self.durable:
                 dev, ino = loaded.ident[0], loaded.ident[1]
-                pending.append(
-                    (os.dup(fd), watermark.Mark(dev, ino, loaded.snapshot_seq, scan.end))
-                )
+                pending.append((fd, watermark.Mark(dev, ino, loaded.snapshot_seq, scan.end)))
 
     def _compact_after_write(self, fd: int, loaded: replay.Loaded) -> list[str]:
         """Compact while still holding the write lock, once the live journal holds

@@ -48,12 +48,16 @@ class Loaded:
         return bool(self.scan.bad or self.undeclared_gaps())
 
 
-def _ident(paths: LedgerPaths, fd: int | None) -> tuple[Ident, int]:
+def _ident(
+    paths: LedgerPaths, fd: int | None, st: os.stat_result | None = None
+) -> tuple[Ident, int]:
+    """The files' identity and the journal's size; `st`: the journal's status if the
+    caller has it already (under the write lock nothing else changes it)."""
     if fd is None:
         journal_part: Ident = (None,)
         size = 0
     else:
-        st = os.fstat(fd)
+        st = st or os.fstat(fd)
         journal_part, size = (st.st_dev, st.st_ino), st.st_size
     try:
         snap = os.stat(paths.snapshot)
@@ -142,9 +146,11 @@ def refresh(
     paths: LedgerPaths,
     fd: int | None,
     observe: Observer | None = None,
+    st: os.stat_result | None = None,
 ) -> Loaded:
-    """Bring `loaded` up to date with the files, reading only what was appended if possible."""
-    ident, size = _ident(paths, fd)
+    """Bring `loaded` up to date with the files, reading only what was appended if possible
+    (`st`: the journal's status, when the caller has just taken it under the write lock)."""
+    ident, size = _ident(paths, fd, st)
     if (
         loaded is None
         or fd is None

@@ -205,12 +205,14 @@ class PoolView:
         self._held_mem_gpu: dict[str, int] = {}
         self._held_mem_island: dict[str, int] = {}
         self._held_mem_site: dict[str, int] = {}
-        # Per shape index, built on first use: four tier lists, free count, free per host.
+        # Per shape index, built on first use: four tier lists, free per host and island.
         self._tiers: dict[int, list[list[Nat]]] = {}
-        self._shape_free: dict[int, int] = {}
         self._by_host: dict[int, dict[str, int]] = {}
         self._by_island: dict[int, dict[str, int]] = {}
         self._tier_of: dict[str, int] = {}  # free slots of built shapes
+        # Taken slices per shape index, kept for every shape: a shape's free count and its
+        # lowest free id need no tier lists (alloc's rule asks only those).
+        self._shape_taken: dict[int, int] = {}
         for holder in holders:
             self.hold(holder.slices, holder)
         self._free_ids = _FreeIds(self)
@@ -339,11 +341,11 @@ class PoolView:
         slot = self._sk.slots[slice_id]
         self._taken.add(slice_id)
         index = slot.shape.index
+        self._shape_taken[index] = self._shape_taken.get(index, 0) + 1
         tier = self._tier_of.pop(slice_id, None)
         if tier is not None:
             tier_list = self._tiers[index][tier]
             del tier_list[bisect_left(tier_list, slot.nat)]
-            self._shape_free[index] -= 1
             self._by_host[index][slot.host] -= 1
             self._by_island[index][slot.island] -= 1
         self._count(slot, +1)
@@ -360,11 +362,11 @@ class PoolView:
         self._taken.discard(slice_id)
         self._count(slot, -1)
         index = slot.shape.index
+        self._shape_taken[index] -= 1
         if index in self._tiers:
             tier = self.tier(slot)
             insort(self._tiers[index][tier], slot.nat)
             self._tier_of[slice_id] = tier
-            self._shape_free[index] += 1
             self._by_host[index][slot.host] = self._by_host[index].get(slot.host, 0) + 1
             self._by_island[index][slot.island] = self._by_island[index].get(slot.island, 0) + 1
         if self._held_gpu[slot.gpu] == 0:
@@ -398,7 +400,6 @@ class PoolView:
         tiers: list[list[Nat]] = [[], [], [], []]
         by_host: dict[str, int] = {}
         by_island: dict[str, int] = {}
-        free = 0
         taken, tier_of = self._taken, self._tier_of
         held_gpu, held_host = self._held_gpu, self._held_host
         for slot in shape.members:  # natural order: appending keeps the lists sorted
@@ -410,9 +411,7 @@ class PoolView:
             tier_of[slot.id] = tier
             by_host[slot.host] = by_host.get(slot.host, 0) + 1
             by_island[slot.island] = by_island.get(slot.island, 0) + 1
-            free += 1
         self._tiers[shape.index] = tiers
-        self._shape_free[shape.index] = free
         self._by_host[shape.index] = by_host
         self._by_island[shape.index] = by_island
         return tiers
@@ -424,9 +423,7 @@ class PoolView:
         return self._sk.shapes_for(request)
 
     def shape_free(self, shape: Shape) -> int:
-        if shape.index not in self._tiers:
-            self._build(shape)
-        return self._shape_free[shape.index]
+        return len(shape.members) - self._shape_taken.get(shape.index, 0)
 
     def shape_hosts(self, shape: Shape) -> dict[str, int]:
         """Free slices of the shape per host (hosts with none may appear with 0)."""
@@ -467,7 +464,10 @@ class PoolView:
         return None
 
     def smallest_id(self, shape: Shape) -> Nat | None:
-        tiers = self._tiers.get(shape.index) or self._build(shape)
+        tiers = self._tiers.get(shape.index)
+        if tiers is None:  # members are in natural order: the first free one
+            taken = self._taken
+            return next((slot.nat for slot in shape.members if slot.id not in taken), None)
         heads = [t[0] for t in tiers if t]
         return min(heads) if heads else None
 

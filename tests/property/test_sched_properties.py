@@ -337,6 +337,17 @@ def test_incremental_view_equals_a_fresh_one(pool_and_holds, steps, request, pol
     fresh = PoolView(slices, list(live.values()))
     assert set(view.free) == set(fresh.free)
     assert place(request, view, policy) == place(request, fresh, policy)
+    # alloc's rule reads free counts and lowest free ids without building the tier lists:
+    # the same answers as a view whose lists are built
+    assert place(request, PoolView(slices, list(live.values())), ALLOC_POLICY) == place(
+        request, view, ALLOC_POLICY
+    )
+    for shape in view.shapes_for(JobRequest()):
+        assert (
+            fresh.shape_free(shape)
+            == view.shape_free(shape)
+            == sum(1 for slot in shape.members if slot.id in fresh.free)
+        )
 
 
 # -- queue --------------------------------------------------------------------------------

@@ -143,3 +143,25 @@ def test_env_anything_else_is_a_usage_error_naming_the_variable(text: str) -> No
     with pytest.raises(UsageError) as caught:
         autocompact_from_env({AUTOCOMPACT_ENV: text})
     assert AUTOCOMPACT_ENV in str(caught.value) and "whole number" in str(caught.value)
+
+
+def test_a_writer_that_keeps_the_journal_open_follows_another_ones_compaction(
+    tmp_path: Path,
+) -> None:
+    """A writer keeps the journal open between transactions; when another writer compacts
+    (a new journal is put in place), its next record goes to the new journal, not to the
+    old file it still has open, and nothing is lost."""
+    clock = Clock()
+    first = make_ledger(tmp_path, clock, autocompact=0)
+    second = Ledger(first.path, durable=False, actor="u@box", clock=clock, autocompact=0)
+    held = hold(first, JobRequest(), owner="ann").value
+    before = first.path.stat().st_ino
+    second.compact()
+    assert first.path.stat().st_ino != before  # a new journal at the path
+    first.release(held.id)
+    again = hold(first, JobRequest(), owner="ann").value
+    fresh = Ledger(first.path, durable=False)
+    state = fresh.read().state
+    assert held.id in state.closed and again.id in state.allocations
+    assert fresh.verify().ok
+    assert [r["op"] for r in fresh.history().records][-2:] == ["release", "alloc"]
