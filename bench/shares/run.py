@@ -292,6 +292,19 @@ def nominal_memory_time(policy: PoolPolicy, window: float = DAY, step: float = 6
     return out
 
 
+def quota_plan(policy: PoolPolicy, window: float = DAY, step: float = 60.0) -> list[Any]:
+    """Each team's quota in force (site and nominal of each scope) minute by minute: two
+    policies with equal plans differ only in what else they say (their elastic sections)."""
+    plan = []
+    t = 0.0
+    while t < window:
+        now = quotas_at(policy, T0 + timedelta(seconds=t))
+        plan.append({team: sorted((s.site, sorted(s.nominal.items())) for s in scopes)
+                     for team, scopes in now.items()})  # fmt: skip
+        t += step
+    return plan
+
+
 def static_quota(owned: dict[str, int]) -> tuple[QuotaScope, ...]:
     """A team's quota on its own sub-pool: what it owns per site (nothing to borrow)."""
     return tuple(
@@ -494,6 +507,14 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, default=min(2, os.cpu_count() or 1), help="replay processes"
     )
+    parser.add_argument(
+        "--ce-policy",
+        type=Path,
+        default=WINDOWS_ELASTIC,
+        help="the c+e column's policy file (default windows-elastic.yaml); its quotas in "
+        "force must be windows-elastic.yaml's: what it may change is the elastic section "
+        "by window (windows-elastic-night.yaml)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     seeds = [args.seed] if args.seed is not None else [int(s) for s in args.seeds.split(",")]
@@ -515,6 +536,10 @@ def main() -> None:
                 f"{path.name} is not what the rules give for seed {args.calibration_seed}: "
                 "run with --write-policies"
             )
+    if args.ce_policy != WINDOWS_ELASTIC and quota_plan(load_policy(args.ce_policy)) != quota_plan(
+        load_policy(WINDOWS_ELASTIC)
+    ):
+        sys.exit(f"{args.ce_policy}: its quotas in force differ from {WINDOWS_ELASTIC.name}'s")
     split, owned = rules["split"], rules["owned"]
     hosts = rules["hosts"]
     print(
@@ -565,7 +590,7 @@ def main() -> None:
         for column, path, elastic in (
             ("b", SHARES, None),
             ("c", WINDOWS, None),
-            ("c+e", WINDOWS_ELASTIC, WINDOWS_ELASTIC),
+            ("c+e", args.ce_policy, args.ce_policy),
         ):
             tasks.append(
                 {
@@ -598,7 +623,7 @@ def main() -> None:
         "c": nominal_memory_time(load_policy(WINDOWS)),
     }
     nominal["a+e"] = nominal["a"]
-    nominal["c+e"] = nominal_memory_time(load_policy(WINDOWS_ELASTIC))
+    nominal["c+e"] = nominal_memory_time(load_policy(args.ce_policy))
     report: dict[str, Any] = {
         "layout": LAYOUT,
         "calibration_seed": args.calibration_seed,

@@ -434,9 +434,11 @@ def _merge(
 
     Work that needs more merges than this pass's budget gets the first `budget` of them
     now and the rest in later passes (a node of eight cards, four re-cuts a pass): the
-    cards made whole wait idle for it, out of reach of re-cuts for min-idle, and the next
-    pass plans again from the pool as it is, so it finishes the same host's merges
-    (which now need fewest) unless work ahead of it in the queue takes them first."""
+    cards made whole stay out of reach of re-cuts for min-idle, and the next pass plans
+    again from the pool as it is, so it finishes the same host's merges (which now need
+    fewest). Other whole-card work may take the merged cards meanwhile, even work queued
+    behind it (backfill): only the aging reservation of an entry that waited long enough
+    keeps them for it."""
     request = entry.request
     need = request.gpus
     by_host: dict[str, list[_Candidate]] = {}

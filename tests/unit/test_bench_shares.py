@@ -337,3 +337,44 @@ def test_elastic_recut_in_the_share_replay() -> None:
     assert len(held) == len(set(held))  # all at once here: no slice held twice
     assert all(run.finished[j.id] <= 2 * HOUR for j in jobs)
     assert run.violations == [] and run.reclaims == []
+
+
+def test_the_night_elastic_policy_changes_only_what_may_be_cut_at_each_sites_night(
+    bench: Any,
+) -> None:
+    """windows-elastic-night.yaml (--ce-policy): the quotas in force are windows-elastic's
+    minute by minute; at a site's night its cards may only be made whole (every rule
+    that selects them allows just the full-size profile or mode), by day as pool.yaml."""
+    night = bench.load_policy(bench.HERE / "windows-elastic-night.yaml")
+    assert bench.quota_plan(night) == bench.quota_plan(bench.load_policy(bench.WINDOWS_ELASTIC))
+    day_rules = bench.load_policy(bench.WINDOWS_ELASTIC).elastic
+    sites = {  # UTC offset, hosts
+        "singapore": (8, ("sg-dgx01", "sg-a100-01")),
+        "dubai": (4, ("dxb-a100-01", "dxb-mi300x-01")),
+    }
+    full = {"nvidia": {"7g.80gb", "7g.40gb"}, "amd": {"spx/nps1"}}
+    util = bench._util()  # host patterns are read through the bundled inventory
+    inventory = util.load_inventory(util.simpool.INVENTORY)
+
+    def in_hosts(pattern: str, host: str) -> bool:
+        return host in {h.name for h in inventory.select(pattern)}
+
+    for minute in range(0, 24 * 60, 30):
+        now = T0 + timedelta(minutes=minute)
+        elastic = night.elastic_in_force(now)
+        for offset, hosts in sites.values():
+            local_hour = (minute // 60 + offset) % 24
+            is_night = not 8 <= local_hour < 20
+            for host in hosts:
+                vendor = "amd" if "mi300x" in host else "nvidia"
+                model = "MI300X" if vendor == "amd" else ("H100" if "dgx" in host else "A100")
+                rule = elastic.rule_for(host, vendor, model, in_hosts)
+                assert rule is not None
+                allowed = set(rule.amd_modes or ()) if vendor == "amd" else set(rule.profiles or ())
+                if is_night:
+                    assert allowed <= full[vendor], (minute, host, allowed)
+                else:
+                    same = day_rules.rule_for(host, vendor, model, in_hosts)
+                    assert same is not None and allowed == set(
+                        (same.amd_modes if vendor == "amd" else same.profiles) or ()
+                    ), (minute, host)
