@@ -102,7 +102,7 @@ def _age(seconds: float | None) -> str | None:
 def _rows(
     records: list[dict[str, Any]], waiting: dict[str, str] | None = None
 ) -> list[dict[str, Any]]:
-    from gpupoolctl.jobs.control import reason_text, row
+    from gpupoolctl.jobs.listing import reason_text, row
 
     now = time.time()
     rows = []
@@ -559,8 +559,6 @@ def jobs_list(
 
     With --backend slurm: your Slurm jobs (one squeue call): pending, running and those
     that ended within the cluster's MinJobAge, with node, GRES and exit code."""
-    from gpupoolctl.jobs.control import listing, refresh, waiting_reasons
-
     settings: Settings = ctx.obj
     if _backend(backend) == "slurm":
         from gpupoolctl.ledger import current_user
@@ -574,6 +572,10 @@ def jobs_list(
         if not found:
             notice("no jobs", quiet=settings.quiet)
         return
+    if _listed_from_ledger(settings, everything=everything):
+        return
+    from gpupoolctl.jobs.control import listing, refresh, waiting_reasons
+
     jobs = open_jobs(settings)
     if not no_refresh:
         refresh(jobs)
@@ -584,6 +586,27 @@ def jobs_list(
     if not rows:
         notice("no jobs", quiet=settings.quiet)
     _finish(settings, jobs)
+
+
+def _listed_from_ledger(settings: Settings, *, everything: bool) -> bool:
+    """`jobs` where a refresh would have nothing to do (no job running or pending, nothing
+    queued, no re-cut in flight, no lost host or fenced run): the rows straight from the
+    ledger, without loading the job service, the scheduler, the policy or the inventory
+    (cron and CI scripts ask an idle pool this all the time). False: there is work, and
+    the caller refreshes as usual."""
+    from gpupoolctl.cli.handles import open_ledger
+    from gpupoolctl.jobs.listing import idle, recent
+
+    view = open_ledger(settings).read()
+    if not idle(view.state):
+        return False
+    rows = _rows(recent(view.state, everything=everything))
+    emit(settings, data=rows, rows=rows, columns=JOB_COLUMNS, csv_columns=JOB_CSV_COLUMNS)
+    if not rows:
+        notice("no jobs", quiet=settings.quiet)
+    for message in view.warnings:
+        warn(message)
+    return True
 
 
 def schedule(

@@ -28,11 +28,40 @@ usual); not launched -> slices released and the job queued again. A pending job 
 holds its slices for longer than its submitter lives, and a running one is always recorded.
 """
 
-from gpupoolctl.jobs.api import Jobs
-from gpupoolctl.jobs.errors import JobError, NeverFits, NoSuchJob
-from gpupoolctl.jobs.nodes import Nodes
-from gpupoolctl.jobs.service import JobsCore, Outcome
-from gpupoolctl.jobs.spec import JobSpec
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpupoolctl.jobs.api import Jobs
+    from gpupoolctl.jobs.errors import JobError, NeverFits, NoSuchJob
+    from gpupoolctl.jobs.nodes import Nodes
+    from gpupoolctl.jobs.service import JobsCore, Outcome
+    from gpupoolctl.jobs.spec import JobSpec
+
+# Loaded on first use (PEP 562): a command that only lists jobs from the ledger
+# (gpupoolctl.jobs.listing) does not pay for the job service, the scheduler and the agent.
+_EXPORTS = {
+    "JobError": "gpupoolctl.jobs.errors",
+    "JobSpec": "gpupoolctl.jobs.spec",
+    "Jobs": "gpupoolctl.jobs.api",
+    "JobsCore": "gpupoolctl.jobs.service",
+    "NeverFits": "gpupoolctl.jobs.errors",
+    "NoSuchJob": "gpupoolctl.jobs.errors",
+    "Nodes": "gpupoolctl.jobs.nodes",
+    "Outcome": "gpupoolctl.jobs.service",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "JobError",

@@ -15,8 +15,9 @@ import time
 from typing import Any
 
 from gpupoolctl.jobs import lost, restarts
+from gpupoolctl.jobs.listing import age_s
 from gpupoolctl.jobs.nodes import Call
-from gpupoolctl.jobs.service import KILL_WAIT_S, JobsCore, age_s, node_id
+from gpupoolctl.jobs.service import KILL_WAIT_S, JobsCore, node_id
 from gpupoolctl.jobs.spec import duration_text
 from gpupoolctl.ledger import Transaction
 

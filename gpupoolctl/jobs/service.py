@@ -14,7 +14,6 @@ import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.jobs.errors import JobError, NoSuchJob
@@ -413,10 +412,3 @@ def find(jobs: JobsCore, job_id: str) -> dict[str, Any]:
     if job is None:
         raise NoSuchJob(f"no job {job_id!r} (see `gpupoolctl jobs --all`)")
     return job
-
-
-def age_s(ts: str | None, now: float) -> float | None:
-    if not ts:
-        return None
-    moment: datetime = parse_ts(ts)
-    return max(0.0, now - moment.timestamp())

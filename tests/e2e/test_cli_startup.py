@@ -137,3 +137,24 @@ def test_reading_the_ledger_does_not_load_the_scheduler(tmp_path):
     assert [r["op"] for r in json.loads(out)] == ["slices"]
     assert not _loaded(modules, "gpupoolctl.sched")
     assert [name for name in HEAVY if _loaded(modules, name)] == []
+
+
+def test_jobs_on_an_idle_pool_lists_from_the_ledger_alone(tmp_path):
+    """Nothing running, pending or queued: `jobs` lists the ledger's jobs without loading
+    the job service, the scheduler or the inventory. With a queued job it refreshes as
+    before (the control: the same report shows them loaded)."""
+    ledger = tmp_path / "ledger.jsonl"
+    base = ("-q", "--ledger", str(ledger))
+    _imported(tmp_path, *base, "pool")  # records the bundled slices
+    for _ in range(2):  # --wait: each has ended and been recorded when submit returns
+        _imported(tmp_path, *base, "submit", "--wait", "--profile", "gpu", "--", "true")
+    out, modules = _imported(tmp_path, *base, "-o", "json", "jobs")
+    assert sorted(j["state"] for j in json.loads(out)) == ["done", "done"]
+    for heavy in ("gpupoolctl.jobs.api", "gpupoolctl.sched", "gpupoolctl.inventory"):
+        assert not _loaded(modules, heavy), heavy
+    # Every whole card held: the next whole-card job stays queued, and `jobs` refreshes.
+    _imported(tmp_path, *base, "alloc", "--profile", "gpu", "--gpus", "32")
+    _imported(tmp_path, *base, "submit", "--profile", "gpu", "--", "true")
+    out, modules = _imported(tmp_path, *base, "-o", "json", "jobs")
+    assert "queued" in {j["state"] for j in json.loads(out)}
+    assert _loaded(modules, "gpupoolctl.jobs.api") and _loaded(modules, "gpupoolctl.sched")

@@ -14,7 +14,7 @@ import pytest
 
 from gpupoolctl.errors import ExitCode, UsageError
 from gpupoolctl.jobs import Jobs, JobSpec, Nodes, reaping
-from gpupoolctl.jobs.control import reason_text
+from gpupoolctl.jobs.listing import reason_text
 from gpupoolctl.jobs.service import JobsCore
 from gpupoolctl.jobs.teams import quota_report, share_inputs, with_team
 from gpupoolctl.ledger import Ledger, State

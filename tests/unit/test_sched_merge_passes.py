@@ -15,14 +15,20 @@ from tests.unit.test_sched_clearing import HOST, cut_node
 T0 = datetime(2025, 6, 1, 22, 0, tzinfo=UTC)
 MIN_IDLE = timedelta(minutes=5)
 
-BIG = QueueEntry(
-    id="big",
-    priority=10,
-    seq=1,
-    enqueued=T0 - timedelta(minutes=10),
-    request=JobRequest(priority=10, gpus=8, profile="gpu", same_node=True),
-    job="j-big",
-)
+
+def whole_cards(name: str, gpus: int) -> QueueEntry:
+    """A same-node job of `gpus` whole cards that has waited ten minutes."""
+    return QueueEntry(
+        id=name,
+        priority=10,
+        seq=1,
+        enqueued=T0 - timedelta(minutes=10),
+        request=JobRequest(priority=10, gpus=gpus, profile="gpu", same_node=True),
+        job=f"j-{name}",
+    )
+
+
+BIG = whole_cards("big", 8)
 
 
 def inputs(slices: list[dict[str, Any]], changed: dict[str, datetime], per_pass: int = 4):
@@ -70,13 +76,7 @@ def test_an_eight_card_job_is_merged_for_over_two_passes_and_then_placed():
 
 def test_a_job_no_host_could_ever_serve_gets_no_partial_merge():
     slices = cut_node()
-    nine = QueueEntry(
-        id="nine",
-        priority=10,
-        seq=1,
-        enqueued=T0 - timedelta(minutes=10),
-        request=JobRequest(priority=10, gpus=9, profile="gpu", same_node=True),
-    )
+    nine = whole_cards("nine", 9)
     long_ago = {f"{HOST}/gpu{g}": T0 - timedelta(hours=1) for g in range(8)}
     result = schedule_pass([nine], PoolView(slices), T0, elastic=inputs(slices, long_ago))
     assert result.recuts == []  # eight cards can never hold nine GPUs: nothing is merged
@@ -95,13 +95,7 @@ def test_partial_merges_only_where_the_idle_cards_could_serve_it_all():
     )
     assert result.recuts == []
     # Six GPUs instead: the six idle cards, two per pass.
-    six = QueueEntry(
-        id="six",
-        priority=10,
-        seq=1,
-        enqueued=T0 - timedelta(minutes=10),
-        request=JobRequest(priority=10, gpus=6, profile="gpu", same_node=True),
-    )
+    six = whole_cards("six", 6)
     result = schedule_pass(
         [six], PoolView(slices, holds), T0, elastic=inputs(slices, long_ago, per_pass=2)
     )
