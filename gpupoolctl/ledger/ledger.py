@@ -205,7 +205,9 @@ class _OpenJournal:
                 os.close(self.fd)
         self.fd = -1
 
-    __del__ = close
+    def __del__(self) -> None:
+        with suppress(Exception):  # at interpreter exit there is nothing left to tell
+            self.close()
 
 
 class Ledger:
