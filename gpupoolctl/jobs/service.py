@@ -187,7 +187,9 @@ class JobsCore:
         from gpupoolctl.sched.elastic import could_ever_serve
 
         inputs = self.elastic_inputs(state, now, everywhere=True)
-        return inputs is not None and could_ever_serve(request, inputs)
+        return inputs is not None and could_ever_serve(
+            request, inputs, slices=state.slices.values()
+        )
 
     def ensure_slices(self, *, record: bool = True) -> None:
         """Slices of the chosen hosts from their facts, when the ledger knows none yet

@@ -27,7 +27,7 @@ The rules, in the order they are applied:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -202,19 +202,59 @@ def could_ever_serve(
     request: JobRequest,
     inputs: ElasticInputs,
     where: Callable[[Mapping[str, Any]], bool] | None = None,
+    slices: Iterable[Mapping[str, Any]] | None = None,
 ) -> bool:
     """Whether some elastic card, re-cut, could hold one slice of the request: such work
     waits for a re-cut instead of being refused as never fitting. `where`: only cards whose
-    slice fields (host, site, vendor, model) it accepts, such as a team's quota scopes."""
+    slice fields (host, site, vendor, model) it accepts, such as a team's quota scopes.
+    With `slices` (the pool's), work that must stay on one node must also fit one node:
+    per host, the most each elastic card could give (re-cut, or as it is) and the matching
+    slices of its other GPUs (a 16-GPU same-node job on 8-GPU nodes never fits)."""
+    grouped = slices is not None and request.gpus > 1 and request.same_node
+    by_id = {str(e["id"]): e for e in slices} if grouped and slices is not None else {}
+    per_host: dict[str, int] = {}
+    elastic_ids: set[str] = set()
+    reachable = False
     for card in inputs.cards.values():
         if where is not None and not where(card.common):
             continue
         rule = inputs.rule(card)
         if rule is None:
             continue
-        if smallest_profile(card, rule, request) is not None or wants_whole(card, rule, request):
-            return True
-    return False
+        cut = smallest_profile(card, rule, request)
+        serves = cut is not None or wants_whole(card, rule, request)
+        reachable = reachable or serves
+        if grouped:
+            elastic_ids.update(card.slices)
+            most = _most(card, cut, request) if serves else 0
+            now = [by_id[sid] for sid in card.slices if sid in by_id]
+            as_is = sum(1 for entry in now if shape_matches(entry, request))
+            per_host[card.host] = per_host.get(card.host, 0) + max(most, as_is)
+    if not (reachable and grouped):
+        return reachable
+    for entry in by_id.values():  # the other GPUs' slices, as they are
+        host = str(entry["host"])
+        if entry["id"] in elastic_ids or (where is not None and not where(entry)):
+            continue
+        if shape_matches(entry, request) and host_matches(host, request):
+            per_host[host] = per_host.get(host, 0) + 1
+    return any(count >= request.gpus for count in per_host.values())
+
+
+def _most(card: AnyCard, cut: str | None, request: JobRequest) -> int:
+    """The most slices of `request` the card (an AMD hive: all its cards) could hold:
+    re-cut into `cut` as many times as its geometry allows, or whole (cut None)."""
+    if cut is None:
+        return card.cards if isinstance(card, AmdHive) else 1
+    if isinstance(card, AmdHive):
+        compute, _, memory = cut.partition("/")
+        return card.per_card((compute, memory)) * card.cards
+    from gpupoolctl.partition.planner import place as plan_layout
+
+    count = 1
+    while count < 64 and plan_layout(card.geometry, {cut: count + 1}) is not None:
+        count += 1
+    return count
 
 
 # -- which cards may be re-cut now --------------------------------------------------------

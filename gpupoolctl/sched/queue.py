@@ -177,7 +177,7 @@ def schedule_pass(
                         pool,
                         usage,
                         partial(_place, entry.request, pool, how, elastic),
-                        partial(_recut_reach, entry.request, elastic) if elastic_on else None,
+                        partial(_recut_reach, entry.request, elastic, pool) if elastic_on else None,
                     )
                 else:
                     outcome = _place(entry.request, pool, how, elastic)
@@ -382,12 +382,16 @@ def _clearing(
 
 
 def _recut_reach(
-    request: JobRequest, elastic: ElasticInputs, where: Callable[[Mapping[str, Any]], bool]
+    request: JobRequest,
+    elastic: ElasticInputs,
+    pool: PoolView,
+    where: Callable[[Mapping[str, Any]], bool],
 ) -> bool:
-    """Whether a re-cut of a card that `where` selects could hold one slice of `request`."""
+    """Whether a re-cut of cards that `where` selects could hold `request` (one slice; all of
+    it on one node when it must stay on one)."""
     from gpupoolctl.sched import elastic as elastic_rules
 
-    return elastic_rules.could_ever_serve(request, elastic, where)
+    return elastic_rules.could_ever_serve(request, elastic, where, pool.slices.values())
 
 
 def _place(
@@ -411,6 +415,8 @@ def _place(
     if isinstance(outcome, NoFit):
         if hidden:
             return NoFit(f"{outcome.reason}; an idle whole card is kept to be cut", never=False)
-        if outcome.never and elastic_rules.could_ever_serve(request, elastic):
+        if outcome.never and elastic_rules.could_ever_serve(
+            request, elastic, slices=pool.slices.values()
+        ):
             return NoFit(f"{outcome.reason}; an idle card re-cut could hold it", never=False)
     return outcome

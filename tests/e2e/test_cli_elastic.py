@@ -269,3 +269,19 @@ def test_a_team_job_no_partition_holds_today_waits_for_a_recut_of_its_teams_card
     assert merged["before"] == "8 cards x CPX/NPS4 (64 x 24 GiB)"
     started = job(jobs_cli, big.stdout.strip(), policy)
     assert started["state"] == "running" and started["slice"].startswith(f"{mi300x}/")
+
+
+def test_same_node_work_no_node_could_hold_even_re_cut_is_refused_at_submit(
+    jobs_cli, tmp_path: Path
+) -> None:
+    """An elastic pool keeps work that a re-cut could serve waiting; a same-node job larger
+    than any node, re-cut or not, is refused at once (exit 5, one line), not queued."""
+    policy = write_policy(tmp_path, batch_window="1h")
+    base = ["-q", "--pool-policy", str(policy), "submit", "--same-node"]
+    run = jobs_cli(*base, "--gpus", "64", "--mem", "10G", "--", "true")
+    assert run.code == 5, run.stderr
+    assert "never" in run.stderr and run.stderr.count("\n") == 1, run.stderr
+    # The control: one that a re-cut of the DGX node's cards could hold is queued.
+    run = jobs_cli(*base, "--gpus", "14", "--mem", "10G", "-l", DGX, "--", "true")
+    assert run.code == 0, run.stderr
+    assert job(jobs_cli, run.stdout.strip(), policy)["state"] == "queued"

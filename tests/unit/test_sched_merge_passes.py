@@ -101,3 +101,38 @@ def test_partial_merges_only_where_the_idle_cards_could_serve_it_all():
     )
     assert sorted(r.card.key for r in result.recuts) == [f"{HOST}/gpu2", f"{HOST}/gpu3"]
     assert "2 of the 6 merges" in result.recuts[0].reason
+
+
+def test_same_node_work_no_node_could_ever_hold_is_refused_not_left_waiting():
+    """With elastic re-cuts, work that fits no slice today waits for a re-cut, but only if
+    a re-cut could serve all of it: a same-node job must fit one node's cards re-cut (a
+    DGX node: 8 whole cards, or 56 x 1g.10gb), else it is refused as never fitting."""
+    slices = whole_node()
+    long_ago = {f"{HOST}/gpu{g}": T0 - timedelta(hours=1) for g in range(8)}
+    policy = inputs(slices, long_ago)
+
+    def outcome(gpus: int, **request: Any) -> str:
+        entry = QueueEntry(
+            id="e",
+            priority=10,
+            seq=1,
+            enqueued=T0 - timedelta(minutes=10),
+            request=JobRequest(priority=10, gpus=gpus, same_node=True, **request),
+        )
+        result = schedule_pass([entry], PoolView(slices), T0, elastic=policy)
+        if result.never:
+            return "never"
+        return "placed" if result.placed else "waits"
+
+    assert outcome(8, profile="gpu") == "placed"
+    assert outcome(9, profile="gpu") == "never"
+    small = {"memory_mib": 8 * 1024}
+    assert outcome(56, **small) == "waits"  # every card cut into 7 x 1g.10gb
+    assert outcome(57, **small) == "never"
+
+
+def whole_node() -> list[dict[str, Any]]:
+    """The bundled pool's sg-dgx01 with every card whole."""
+    from tests.property.test_elastic_properties import base_slices
+
+    return [dict(s) for s in base_slices() if s["host"] == HOST]
