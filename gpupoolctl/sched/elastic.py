@@ -227,8 +227,10 @@ def could_ever_serve(
         if grouped:
             elastic_ids.update(card.slices)
             most = _most(card, cut, request) if serves else 0
-            now = [by_id[sid] for sid in card.slices if sid in by_id]
-            as_is = sum(1 for entry in now if shape_matches(entry, request))
+            current = [by_id[sid] for sid in card.slices if sid in by_id]
+            as_is = sum(1 for entry in current if shape_matches(entry, request))
+            if not host_matches(card.host, request):
+                as_is = 0
             per_host[card.host] = per_host.get(card.host, 0) + max(most, as_is)
     if not (reachable and grouped):
         return reachable
