@@ -23,8 +23,9 @@ def open_ledger(settings: Settings) -> Ledger:
     return Ledger.from_env(settings.ledger, on_lock_wait=waiting)
 
 
-def open_jobs(settings: Settings, run: Runner | None = None) -> Jobs:
-    """The jobs library for one command; `run` (a Runner) replaces its one-shot fan-out."""
+def open_jobs(settings: Settings, run: Runner | None = None, ledger: Ledger | None = None) -> Jobs:
+    """The jobs library for one command; `run` (a Runner) replaces its one-shot fan-out;
+    `ledger`: one the command has read already (its state is not read again)."""
     from gpupoolctl.cli import pool
     from gpupoolctl.jobs import Jobs, Nodes
     from gpupoolctl.ledger import current_user
@@ -36,7 +37,7 @@ def open_jobs(settings: Settings, run: Runner | None = None) -> Jobs:
     user = current_user()
     policy = resolve_policy(settings.pool_policy)
     return Jobs(
-        open_ledger(settings),
+        ledger or open_ledger(settings),
         nodes,
         owner=user,
         hosts=chosen.placeable,

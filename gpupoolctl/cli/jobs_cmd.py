@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpupoolctl.cli.console import error, notice, warn
-from gpupoolctl.cli.handles import open_jobs
+from gpupoolctl.cli.handles import open_jobs, open_ledger
 from gpupoolctl.cli.render import Column, emit
 from gpupoolctl.cli.settings import MEM_HELP, OutputFormat, Settings
 from gpupoolctl.errors import ExitCode, GpupoolError, UsageError
 
 if TYPE_CHECKING:
     from gpupoolctl.jobs import Jobs
+    from gpupoolctl.ledger import Ledger
 
 JOB_COLUMNS = (
     Column("id", "ID"),
@@ -572,11 +573,12 @@ def jobs_list(
         if not found:
             notice("no jobs", quiet=settings.quiet)
         return
-    if _listed_from_ledger(settings, everything=everything):
+    ledger = open_ledger(settings)
+    if _listed_from_ledger(settings, ledger, everything=everything):
         return
     from gpupoolctl.jobs.control import listing, refresh, waiting_reasons
 
-    jobs = open_jobs(settings)
+    jobs = open_jobs(settings, ledger=ledger)  # it reads only what was appended since
     if not no_refresh:
         refresh(jobs)
     records = listing(jobs, everything=everything)
@@ -588,16 +590,15 @@ def jobs_list(
     _finish(settings, jobs)
 
 
-def _listed_from_ledger(settings: Settings, *, everything: bool) -> bool:
+def _listed_from_ledger(settings: Settings, ledger: Ledger, *, everything: bool) -> bool:
     """`jobs` where a refresh would have nothing to do (no job running or pending, nothing
     queued, no re-cut in flight, no lost host or fenced run): the rows straight from the
     ledger, without loading the job service, the scheduler, the policy or the inventory
     (cron and CI scripts ask an idle pool this all the time). False: there is work, and
     the caller refreshes as usual."""
-    from gpupoolctl.cli.handles import open_ledger
     from gpupoolctl.jobs.listing import idle, recent
 
-    view = open_ledger(settings).read()
+    view = ledger.read()
     if not idle(view.state):
         return False
     rows = _rows(recent(view.state, everything=everything))

@@ -57,7 +57,7 @@ def _ident(
         journal_part: Ident = (None,)
         size = 0
     else:
-        st = st or os.fstat(fd)
+        st = st if st is not None else os.fstat(fd)
         journal_part, size = (st.st_dev, st.st_ino), st.st_size
     try:
         snap = os.stat(paths.snapshot)

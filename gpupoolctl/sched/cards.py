@@ -97,6 +97,14 @@ AnyCard = Card | AmdHive
 AnyLayout = Layout | AmdLayout
 
 
+def gpu_keys(card: AnyCard) -> list[str]:
+    """The GPU keys ("host/gpuN", as placement and the ledger name GPUs) of a card, or of
+    every logical GPU of an AMD hive."""
+    if isinstance(card, AmdHive):
+        return [f"{card.host}/gpu{i}" for i in card.indexes]
+    return [card.key]
+
+
 def layout_text(layout: AnyLayout, card: AnyCard | None = None) -> str:
     """'whole card' or '7 x 1g.10gb' / '1 x 3g.40gb + 2 x 1g.10gb', largest first; for an
     AMD hive '8 cards x SPX/NPS1' / '8 cards x CPX/NPS4 (64 x 24 GiB)'."""

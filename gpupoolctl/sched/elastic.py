@@ -39,6 +39,7 @@ from gpupoolctl.sched.cards import (
     AnyCard,
     AnyLayout,
     Card,
+    gpu_keys,
     layout_text,
     predicted_slices,
 )
@@ -79,9 +80,7 @@ class ElasticInputs:
 
     def changed_at(self, card: AnyCard) -> datetime | None:
         """When the card last changed; for an AMD hive, the latest of its logical GPUs."""
-        keys = [card.key]
-        if isinstance(card, AmdHive):
-            keys += [f"{card.host}/gpu{i}" for i in card.indexes]
+        keys = {card.key, *gpu_keys(card)}
         times = [self.changed[k] for k in keys if k in self.changed]
         return max(times) if times else None
 
@@ -227,10 +226,10 @@ def could_ever_serve(
         if grouped:
             elastic_ids.update(card.slices)
             most = _most(card, cut, request) if serves else 0
-            current = [by_id[sid] for sid in card.slices if sid in by_id]
-            as_is = sum(1 for entry in current if shape_matches(entry, request))
-            if not host_matches(card.host, request):
-                as_is = 0
+            as_is = 0  # its slices as they are, on a host the request may use
+            if host_matches(card.host, request):
+                current = [by_id[sid] for sid in card.slices if sid in by_id]
+                as_is = sum(1 for entry in current if shape_matches(entry, request))
             per_host[card.host] = per_host.get(card.host, 0) + max(most, as_is)
     if not (reachable and grouped):
         return reachable

@@ -346,13 +346,9 @@ def _may_recut(
     reservation kept for a starving entry: only for that entry. A card kept for another
     entry's merge (sched.clearing): only for work whose team has room in its nominal there
     (it is not lent to work that would borrow)."""
-    from gpupoolctl.sched.cards import AmdHive  # only with elastic: the catalogs are loaded
+    from gpupoolctl.sched.cards import gpu_keys  # only with elastic: the catalogs are loaded
 
-    if isinstance(card, AmdHive):
-        gpus = [f"{card.host}/gpu{i}" for i in card.indexes]
-    else:
-        gpus = [card.key]
-    owners = {starving[g] for g in gpus if g in starving}
+    owners = {starving[g] for g in gpu_keys(card) if g in starving}
     if owners and entry.id not in owners:
         return False
     claimant = kept.get(card.key)
