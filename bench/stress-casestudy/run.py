@@ -3,7 +3,7 @@ topology-aware placement (or a faster network) move the knee?
 
     python bench/stress-casestudy/run.py [--scenario playbooks/stress-training.yaml]
                                          [--levels 1,2,4,6,8,12] [--wan-gbps 100]
-                                         [--json FILE]
+                                         [--nics 8] [--nic-gbps 400] [--json FILE]
 
 Three ramps of the same scenario (the `train` workload: compute plus a ring all-reduce over
 the slowest link the placement chose) through the real CLI, each in a fresh private HOME
@@ -12,8 +12,10 @@ the slowest link the placement chose) through the real CLI, each in a fresh priv
 * best-fit     `stress ramp --policy best-fit` on the bundled pool (inventories/sim.yaml);
 * topology     `stress ramp --policy topology`, the same pool;
 * best-fit+net `--policy best-fit` on an inventory overlay: the bundled pool with the WAN
-               between its sites at --wan-gbps instead of the bundled 10 Gb/s (the NICs stay:
-               the sim takes them from each machine class's template).
+               between its sites at --wan-gbps instead of the bundled 10 Gb/s, and every
+               node's NICs replaced (inventory var sim_nics) by --nics InfiniBand ports of
+               --nic-gbps each: by default a DGX H100's compute fabric (8 x 400 Gb/s NDR,
+               NVIDIA DGX H100 user guide) on every node, a what-if, not a product.
 
 Then `stress report -o json` of each: per level jobs/s, work throughput (samples/s), the three
 knees and the bottleneck sentence, side by side, with the issue's targets: the verdict names
@@ -71,12 +73,18 @@ class Ramp:
         return max(values) if values else None
 
 
-def overlay(folder: Path, wan_gbps: float) -> Path:
-    """The bundled inventory with every site link at `wan_gbps`."""
+def overlay(folder: Path, wan_gbps: float, nics: int, nic_gbps: float) -> Path:
+    """The bundled inventory with every site link at `wan_gbps` and every simulated node's
+    NICs replaced by `nics` InfiniBand ports of `nic_gbps` (sim_nics)."""
     doc = yaml.safe_load(BUNDLED.read_text())
     links = doc["all"]["vars"]["gpupool_site_links"]
     doc["all"]["vars"]["gpupool_site_links"] = [{**link, "gbps": wan_gbps} for link in links]
-    path = folder / "sim-faster-wan.yaml"
+    ports = [{"name": f"ib{i}", "kind": "infiniband", "speed_gbps": nic_gbps} for i in range(nics)]
+    for group in doc["all"]["children"].values():
+        for host_vars in (group.get("hosts") or {}).values():
+            if isinstance(host_vars, dict) and host_vars.get("sim"):
+                host_vars["sim_nics"] = ports
+    path = folder / "sim-faster-network.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
@@ -191,6 +199,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scenario", type=Path, default=SCENARIO)
     parser.add_argument("--levels", help="replace the scenario's levels, e.g. 1,2,4,8")
     parser.add_argument("--wan-gbps", type=float, default=100.0, help="the faster WAN, Gb/s")
+    parser.add_argument("--nics", type=int, default=8, help="InfiniBand ports per node")
+    parser.add_argument("--nic-gbps", type=float, default=400.0, help="each port's Gb/s")
     parser.add_argument("--json", type=Path, help="write the results here")
     return parser.parse_args(argv)
 
@@ -199,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gpupool-casestudy-") as tmp:
         folder = Path(tmp)
-        faster = overlay(folder, args.wan_gbps)
+        faster = overlay(folder, args.wan_gbps, args.nics, args.nic_gbps)
         plan = [
             Ramp("best-fit", "best-fit", str(BUNDLED)),
             Ramp("topology", "topology", str(BUNDLED)),
@@ -211,7 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ramps.append(ramp(spec, folder, args.scenario, args.levels))
     print(
         f"{platform.system()} {platform.machine()}, CPython {platform.python_version()}, "
-        f"{os.cpu_count()} CPUs; scenario {args.scenario.name}; faster WAN {args.wan_gbps:g} Gb/s"
+        f"{os.cpu_count()} CPUs; scenario {args.scenario.name}; faster WAN {args.wan_gbps:g} Gb/s, "
+        f"NICs {args.nics} x {args.nic_gbps:g} Gb/s InfiniBand on every node"
     )
     print(show(ramps))
     print()

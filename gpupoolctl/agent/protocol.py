@@ -1,7 +1,9 @@
 """The versioned JSON envelope spoken between the workstation and the agent.
 
 Request:  {"v": 1, "verb": "facts", "args": {...}, "host": "<inventory name>",
-           "sim": null | {"template": "<name>", "state_dir": "<dir or null>"}}
+           "sim": null | {"template": "<name>", "state_dir": "<dir or null>",
+                          "nics": [<hw.nics entry>, ...] (optional: the template's NICs
+                          replaced, inventory var sim_nics)}}
 Response: {"v": 1, "ok": true,  "data": ..., "error": null}
           {"v": 1, "ok": false, "data": null, "error": {"type": "...", "message": "..."}}
 """

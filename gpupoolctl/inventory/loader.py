@@ -47,6 +47,7 @@ def load_inventory(path: str | os.PathLike[str]) -> Inventory:
     folder = source.resolve().parent
     inventory = build_inventory(source, data, folder / "group_vars", folder / "host_vars")
     _check_site_links(inventory)
+    _check_sim_nics(inventory, data)
     return inventory
 
 
@@ -65,6 +66,35 @@ def _check_site_links(inventory: Inventory) -> None:
             parse_site_links(value)
         except SiteLinkError as exc:
             raise InventoryError(str(inventory.source), None, str(exc)) from None
+
+
+def _check_sim_nics(inventory: Inventory, data: InventoryData) -> None:
+    """A malformed sim_nics is an error of the inventory too (one line naming the host and,
+    when it is set in the inventory file itself, the line of its host or group), not a
+    failure of that host when a command reaches it."""
+    from gpupoolctl.hw.nics import VAR, NicSpecError, parse_nics
+
+    for name, host in inventory.hosts.items():
+        value = host.vars.get(VAR)
+        if value is None:
+            continue
+        try:
+            parse_nics(value)
+        except NicSpecError as exc:
+            line = _var_line(data, name, VAR, value)
+            raise InventoryError(str(inventory.source), line, f"host {name}: {exc}") from None
+
+
+def _var_line(data: InventoryData, host: str, key: str, value: object) -> int | None:
+    """The line of the host or group that sets `key` to this very value in the file; None
+    when it comes from group_vars/ or host_vars/ (or the parser kept no line)."""
+    node = data.hosts.get(host)
+    if node is not None and node.vars.get(key) is value:
+        return node.line
+    for group in data.groups.values():
+        if group.vars.get(key) is value:
+            return group.line
+    return None
 
 
 def _parse(source: Path, raw: bytes) -> InventoryData:

@@ -41,6 +41,8 @@ def host_request(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
     sim = None
     if target.sim is not None:
         sim = {"template": target.sim.template, "state_dir": target.sim.state_dir}
+        if target.sim.nics is not None:
+            sim["nics"] = [dict(nic) for nic in target.sim.nics]
     return {**request, "v": PROTOCOL_VERSION, "host": target.name, "sim": sim}
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpupoolctl.errors import UsageError
+from gpupoolctl.hw.nics import VAR as SIM_NICS_VAR
+from gpupoolctl.hw.nics import NicSpecError, parse_nics
 from gpupoolctl.hw.sites import VAR as SITE_LINKS_VAR
 from gpupoolctl.hw.sites import SiteLink, SiteLinkError, parse_site_links
 
@@ -33,6 +35,8 @@ _USER_META = frozenset("'`\";&<>|(){}")
 class SimSpec:
     template: str
     state_dir: str | None = None
+    # The node's NICs instead of its template's (inventory var sim_nics; hw/nics.py).
+    nics: tuple[dict[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,8 @@ def _target(name: str, variables: dict[str, Any]) -> Target:
         sim = SimSpec(template=str(sim_value["template"]), state_dir=sim_value.get("state_dir"))
     elif sim_value not in (None, False, ""):
         raise UsageError(f"host {name}: sim must be a template name, got {sim_value!r}")
+    if sim is not None and variables.get(SIM_NICS_VAR) is not None:
+        sim = replace(sim, nics=_sim_nics(name, variables[SIM_NICS_VAR]))
     address = _first(variables, _ALIASES["address"])
     identity = _first(variables, _ALIASES["identity_file"])
     user = _first(variables, _ALIASES["user"])
@@ -126,6 +132,14 @@ def _target(name: str, variables: dict[str, Any]) -> Target:
         site=_text(variables.get("site")),
         site_links=_site_links(name, variables.get(SITE_LINKS_VAR)),
     )
+
+
+def _sim_nics(name: str, value: Any) -> tuple[dict[str, Any], ...]:
+    # load_inventory has checked it already; vars from elsewhere fail this host only.
+    try:
+        return tuple(parse_nics(value))
+    except NicSpecError as exc:
+        raise UsageError(f"host {name}: {exc}") from None
 
 
 def _site_links(name: str, value: Any) -> tuple[SiteLink, ...]:

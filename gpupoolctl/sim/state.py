@@ -19,36 +19,69 @@ class SimState(StateFile):
 
     @classmethod
     def open(
-        cls, host: str, template: str, state_dir: str | os.PathLike[str] | None = None
+        cls,
+        host: str,
+        template: str,
+        state_dir: str | os.PathLike[str] | None = None,
+        nics: list[dict[str, Any]] | None = None,
     ) -> SimState:
-        """Load the node's state, creating it from its template on first use."""
+        """Load the node's state, creating it from its template on first use. `nics`: the
+        node's NICs instead of the template's (the inventory's sim_nics, checked by
+        gpupoolctl.hw.nics); None gives back the template's if an inventory had replaced
+        them. Everything else (MIG layouts, jobs, faults) stays as it is."""
         path = cls.path_for(host, state_dir)
         with locked(path):
             if path.exists():
                 state = cls.load(path)
                 if state.template == template:
-                    if "network" not in state.data:
-                        # Written before templates had NICs: add the template's, leaving
-                        # everything else (MIG layouts, jobs) as it is.
-                        network = build_initial(host, template).get("network")
-                        if network is not None:
-                            state.data["network"] = network
-                            state._write()
+                    if _set_network(state.data, host, template, nics):
+                        state._write()
                     return state
             state = cls(path, build_initial(host, template))
+            _set_network(state.data, host, template, nics)
             state._write()
             return state
 
     @classmethod
     def reset(
-        cls, host: str, template: str, state_dir: str | os.PathLike[str] | None = None
+        cls,
+        host: str,
+        template: str,
+        state_dir: str | os.PathLike[str] | None = None,
+        nics: list[dict[str, Any]] | None = None,
     ) -> SimState:
-        """Replace the node's state with its template's initial state."""
+        """Replace the node's state with its template's initial state (and `nics`, as for
+        open)."""
         path = cls.path_for(host, state_dir)
         with locked(path):
             state = cls(path, build_initial(host, template))
+            _set_network(state.data, host, template, nics)
             state._write()
             return state
+
+
+# The state's network section says where its NICs came from when an inventory set them, so
+# that taking sim_nics out of the inventory gives the template's back.
+_FROM_INVENTORY = "inventory"
+
+
+def _set_network(
+    data: dict[str, Any], host: str, template: str, nics: list[dict[str, Any]] | None
+) -> bool:
+    """Make data's network the one wanted; whether it changed."""
+    network = data.get("network")
+    if nics is not None:
+        wanted: dict[str, Any] | None = {"nics": nics, "from": _FROM_INVENTORY}
+    elif isinstance(network, dict) and network.get("from") != _FROM_INVENTORY:
+        return False
+    else:
+        # No network yet (a file written before templates had NICs), or the inventory's
+        # NICs that are no longer asked for.
+        wanted = build_initial(host, template).get("network")
+    if wanted is None or network == wanted:
+        return False
+    data["network"] = wanted
+    return True
 
 
 def build_initial(host: str, template: str) -> dict[str, Any]:

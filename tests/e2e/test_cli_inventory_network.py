@@ -66,3 +66,34 @@ def test_bad_site_links_one_line_naming_the_file(cli):
         assert len(lines) == 1, lines
         assert str(path) in lines[0] and "gpupool_site_links[0]: missing rtt_ms" in lines[0]
         assert "Traceback" not in run.stderr
+
+
+def test_sim_nics_replace_a_simulated_nodes_nics_until_taken_out(cli):
+    def fleet(extra: str) -> str:
+        path = cli.tmp / "fleet.yaml"
+        path.write_text(
+            f"all:\n  vars:\n    transport: local\n  hosts:\n    n1:\n      sim: l40s-4\n{extra}"
+        )
+        return str(path)
+
+    faster = fleet(
+        "      sim_nics:\n"
+        "        - {name: ib0, kind: infiniband, speed_gbps: 400}\n"
+        "        - {name: ib1, kind: infiniband, speed_gbps: 400, state: down}\n"
+    )
+    run = cli("-i", faster, "-o", "json", "inventory", "--network")
+    assert run.code == 0, run.stderr
+    nics = run.json()["hosts"][0]["nics"]
+    assert [(n["name"], n["speed_gbps"], n["state"]) for n in nics] == [
+        ("ib0", 400.0, "up"),
+        ("ib1", 400.0, "down"),
+    ]
+    plain = cli("-i", fleet(""), "-o", "json", "inventory", "--network").json()
+    assert {n["name"] for n in plain["hosts"][0]["nics"]} == {"mlx5_0", "mlx5_1", "mlx5_2", "eno1"}
+
+    bad = fleet("      sim_nics: [{name: ib0, kind: infiniband, speed_gbps: 400Gb}]\n")
+    run = cli("-i", bad, "inventory", "--network")
+    assert run.code == 1, (run.code, run.stderr)
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in run.stderr
+    assert f"{bad}:5: host n1: sim_nics[0]: speed_gbps must be a number" in lines[0]

@@ -18,9 +18,22 @@ def _open(host: str, sim: dict[str, Any]) -> Any:
     if not isinstance(template, str) or not template:
         raise AgentError("sim request names no template", "BadRequest")
     try:
-        return simulation.SimState.open(host, template, sim.get("state_dir"))
+        return simulation.SimState.open(host, template, sim.get("state_dir"), _nics(sim))
     except KeyError as exc:
         raise AgentError(str(exc.args[0]) if exc.args else str(exc), "SimError") from exc
+
+
+def _nics(sim: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The request's NICs for the node (inventory var sim_nics), checked as the workstation
+    checked them: None when the request sets none."""
+    from gpupoolctl.hw.nics import NicSpecError, parse_nics
+
+    if sim.get("nics") is None:
+        return None
+    try:
+        return parse_nics(sim["nics"])
+    except NicSpecError as exc:
+        raise AgentError(str(exc), "BadRequest") from None
 
 
 def activate(host: str, sim: dict[str, Any]) -> Any:
@@ -72,7 +85,7 @@ def reset(host: str, sim: dict[str, Any]) -> dict[str, str]:
 
     template = str(sim.get("template") or "")
     try:
-        SimState.reset(host, template, sim.get("state_dir"))
+        SimState.reset(host, template, sim.get("state_dir"), _nics(sim))
     except KeyError as exc:
         raise AgentError(str(exc.args[0]) if exc.args else str(exc), "SimError") from exc
     return {"reset": host, "template": template}
