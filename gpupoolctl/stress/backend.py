@@ -50,11 +50,15 @@ def job_spec(work: Work, policy: str) -> JobSpec:
 class Finished:
     ok: bool
     started: float | None  # when the job started on its node (None: it never did)
-    ended: float  # when the backend learned it ended
+    # When the backend learned it ended, on the clock `started` is read on (time.time(), or
+    # the ramp's virtual clock): the job's end on its node is started + run_s, and the wait
+    # between the two is the "reap" phase, which the runner works out from these three.
+    ended: float
     error: str | None = None
     run_s: float | None = None  # the job's own run time, when the node reported it
     # model.PHASES the backend measured over the job's life ("queue": waiting for a slice,
-    # "launch": starting it); they replace what the runner would infer, and the ticket's.
+    # "launch": starting it, "reap": noticing its end, where started + run_s is not its end
+    # on that clock); they replace what the runner would infer, and the ticket's.
     phases: dict[str, float] = field(default_factory=dict)
     restarts: int = 0  # times the job was run again (after a failure exit or a lost node)
     # What the job reported of itself (the train workload's report): work units done,

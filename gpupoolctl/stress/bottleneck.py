@@ -3,9 +3,10 @@ baseline level to the knee, how much of each job's time it is there, and a sente
 so from the measured numbers.
 
 A job's time is split into parts that do not overlap (`time_split`): ledger, launch and
-queue as the backend measured them, and the run: compute, communication and the rest of
-the run where the workload reported that split, else the run whole. Whatever of the
-turnaround no measured part covers is "unattributed". A part that was not measured is
+queue as the backend measured them, the run (compute, communication and the rest of the
+run where the workload reported that split, else the run whole), and the reap after it
+(from the job's end on its node to the backend noticing it). Whatever of the turnaround no
+measured part covers is "unattributed". A part that was not measured is
 absent, never zero, and the sentence says what is unknown rather than guess.
 
 The baseline is the first measured level. The knee is Kneedle's level (diminishing
@@ -34,13 +35,16 @@ __all__ = [
     "time_split",
 ]
 
-# The parts of a job's time, in display (and tie-break) order. "run" is the run whole,
-# only where the workload did not split it; "run_other" is the run less compute and comm.
-LEAVES = ("ledger", "launch", "queue", "compute", "comm", "run_other", "run")
+# The parts of a job's time, in display (and tie-break) order: a job's life, from submit
+# to its end being noticed. "run" is the run whole, only where the workload did not split
+# it; "run_other" is the run less compute and comm.
+LEAVES = ("ledger", "launch", "queue", "compute", "comm", "run_other", "run", "reap")
 UNATTRIBUTED = "unattributed"
 _TOP = ("ledger", "launch", "queue")
 _SPLIT = ("compute", "comm")
-# The phases every backend may measure: missing ones are named as unknown.
+_AFTER = ("reap",)  # after the run
+# The phases every backend may measure: missing ones are named as unknown. (Not "reap":
+# results saved before it was measured have none, and their unattributed share says it.)
 _EXPECTED = ("ledger", "launch", "queue", "run")
 
 PART_WORDS = {
@@ -51,6 +55,7 @@ PART_WORDS = {
     "comm": "communication",
     "run_other": "the run outside compute and communication",
     "run": "the job's own run time",
+    "reap": "the wait until the job's end was noticed (the reaper's poll)",
     UNATTRIBUTED: "time in no measured phase",
 }
 SHORT_WORDS = {
@@ -61,6 +66,7 @@ SHORT_WORDS = {
     "comm": "comm",
     "run_other": "other run",
     "run": "run",
+    "reap": "reap",
     UNATTRIBUTED: "unattributed",
 }
 LINK_WORDS = {
@@ -91,7 +97,7 @@ def time_split(level: LevelResult, *, split: bool = True) -> dict[str, float]:
     """Mean seconds per job in each part of LEAVES that was measured at `level`: ledger,
     launch and queue as measured; the run split into compute, comm and run_other (the run
     less both, never below 0) where the workload reported compute or comm and `split`,
-    else the run whole. Parts not measured are absent."""
+    else the run whole; reap as measured. Parts not measured are absent."""
     phases = {p: v for p, raw in level.phases.items() if (v := _num(raw)) is not None}
     out = {p: max(0.0, phases[p]) for p in _TOP if p in phases}
     parts = {p: max(0.0, phases[p]) for p in _SPLIT if p in phases}
@@ -104,6 +110,7 @@ def time_split(level: LevelResult, *, split: bool = True) -> dict[str, float]:
         out["run"] = max(0.0, run)
     elif parts:  # no run time, but its parts: what there is
         out.update(parts)
+    out.update({p: max(0.0, phases[p]) for p in _AFTER if p in phases})
     return {p: out[p] for p in LEAVES if p in out}
 
 
@@ -343,6 +350,11 @@ def _sentence(
             )
         elif phase == "compute":
             text += _compute_tail(b)
+        elif phase == "reap":
+            text += (
+                ": jobs had ended on their nodes and waited to be noticed, so the time is in "
+                "noticing jobs' ends (the harness's or scheduler's reap pass), not in the GPUs"
+            )
         elif phase == "run_other":
             text += (
                 ": the part of the run that is neither compute nor communication (start-up, "

@@ -3,8 +3,11 @@ sums up to, the knee findings and a whole run. Plain dataclasses; result.py turn
 into JSON and back.
 
 Times are seconds. Clock readings (`submitted`, `started`, ...) are `time.time()` values
-on the workstation, except `started`/`ended`, which the node reports (the same clock on
-loopback; on real fleets NTP keeps them within milliseconds).
+on the workstation, except `started`, which the node reports (the same clock on loopback;
+on real fleets NTP keeps them within milliseconds). `ended` is when the harness learned
+that the job ended, on the workstation; the job's end on its node is `started` plus the
+"run" phase, so the "reap" phase (the wait between the two) compares the node's clock with
+the workstation's, as an inferred queue wait does.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ FORMAT = "gpupoolctl-stress/1"
 
 # Where a job's turnaround went. Backends fill what they can measure; the rest stay absent
 # (not zero: zero would claim a measurement).
+# "reap" follows the run: from the job's end on its node to the backend learning of it.
 # "compute" and "comm" are parts of "run": the job's own split of its run time, as the
 # workload reported it (the train workload's report.json); they are not added to the others.
-PHASES = ("ledger", "launch", "queue", "run", "compute", "comm")
+PHASES = ("ledger", "launch", "queue", "run", "reap", "compute", "comm")
 PHASE_HELP = {
     "ledger": "time inside ledger transactions during submit (lock wait, replay, append, fsync)",
     "launch": "starting the job: from its slice being granted to its launch call returning "
@@ -27,6 +31,9 @@ PHASE_HELP = {
     "backend cannot see the placement: submit call to start on the node, less ledger and "
     "launch)",
     "run": "the job's own run time on its node",
+    "reap": "noticing the job's end: from its end on its node to the backend learning of it "
+    "(the reaper's poll over the nodes, or squeue's for Slurm); until then its slice is not "
+    "freed",
     "compute": "part of run: the job's own compute time (forward and backward passes), as its "
     "workload reported it",
     "comm": "part of run: the job's own communication time (gradient all-reduce over NVLink/"

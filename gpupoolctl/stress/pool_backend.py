@@ -513,7 +513,10 @@ class PoolBackend:
 
 
 def finished_from(record: dict[str, Any], now: float) -> Finished:
-    """A finished job's ledger record -> what the harness needs of it."""
+    """A finished job's ledger record -> what the harness needs of it. `now` is when the
+    reaper read the record (time.time(), as the nodes' start and end times are): the run
+    is the nodes' first start to their last end, so the runner's "reap" phase is `now` less
+    that end. (A job whose nodes never reported an end has the pass's own time as its end.)"""
     starts = [float(n["started"]) for n in record.get("nodes") or [] if n.get("started")]
     started = min(starts) if starts else None
     ended_on_node = record.get("ended")

@@ -55,6 +55,7 @@ _PHASE_COLOURS = {
     "comm:pcie": "#e377c2",
     "comm:nic": "#d62728",
     "comm:wan": "#7f7f7f",
+    "reap": "#98df8a",
 }
 _OTHER_LINK_COLOUR = "#17becf"
 
@@ -250,7 +251,8 @@ def _failed_percent(level: LevelResult) -> float | None:
 def _stack(level: LevelResult) -> dict[str, float]:
     """Where a job's time went at `level`, as parts that do not overlap (mean seconds per
     job): ledger, launch, queue, then the run (compute, communication by link class and
-    the rest of the run where the workload split it, else the run whole)."""
+    the rest of the run where the workload split it, else the run whole), then the reap
+    (the wait for the job's end to be noticed)."""
     from gpupoolctl.stress.bottleneck import link_split, time_split
 
     out: dict[str, float] = {}
@@ -278,7 +280,7 @@ def _phase_figure(result: RunResult) -> Figure | None:
     stacks = [_stack(lv) for lv in result.levels]
     order = ["ledger", "launch", "queue", "compute"]
     order += sorted({p for st in stacks for p in st if p.startswith("comm:")}, key=_link_rank)
-    order += ["comm", "run_other", "run"]
+    order += ["comm", "run_other", "run", "reap"]
     parts = [p for p in order if any(_number(st.get(p)) for st in stacks)]
     if not parts:
         return None

@@ -84,9 +84,9 @@ def dominant_phase(level: LevelResult) -> tuple[str, float] | None:
     """The part of a job's time with the largest mean per job, and its share of the
     turnaround (of the parts' sum when the turnaround has no mean). None when none measured.
 
-    The parts are bottleneck.time_split's: ledger, launch, queue and the run, split into
+    The parts are bottleneck.time_split's: ledger, launch, queue, the run, split into
     compute, comm and run_other where the workload reported that split (they are parts of
-    the run, never counted twice)."""
+    the run, never counted twice), and the reap after it."""
     from gpupoolctl.stress.bottleneck import time_split
 
     measured = time_split(level)

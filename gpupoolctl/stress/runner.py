@@ -22,9 +22,19 @@ from time import perf_counter
 from typing import Any
 
 from gpupoolctl.errors import GpupoolError
-from gpupoolctl.stress.backend import Backend, SubmitRefused, Work
+from gpupoolctl.stress.backend import Backend, Finished, SubmitRefused, Work
 from gpupoolctl.stress.clock import Clock, Joinable, WallClock
 from gpupoolctl.stress.model import LevelResult, RunResult, Sample, inferred_queue
+
+
+def reap_wait(finished: Finished) -> float | None:
+    """Seconds from the job's end on its node (its start there plus its run time) to the
+    backend learning that it ended: the "reap" phase, before any clamping (below 0 only
+    where the node's clock runs ahead of the one `ended` was read on). None where the end
+    on the node is not known (the job never started, or its run time was not reported)."""
+    if finished.started is None or finished.run_s is None:
+        return None
+    return finished.ended - (finished.started + finished.run_s)
 
 
 class HarnessError(GpupoolError):
@@ -35,7 +45,9 @@ REFUSED_BACKOFF_S = 0.05  # a refused submit is retried no faster than this (no 
 MAX_OPEN_WORKERS = 1024
 WAIT_SLICE_S = 0.5
 JOIN_MARGIN_S = 60.0
-CLOCK_SKEW_S = 0.05  # a start this much before its submit means the clocks disagree
+# A start this much before its submit, or an end on the node this much after the backend
+# learned of it, means the node's clock and the workstation's disagree.
+CLOCK_SKEW_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -133,7 +145,7 @@ class Ramp:
         self._current: _Level | None = None
         self.interrupted = False
         self.notes: list[str] = []  # for the CLI's stderr: things that weaken the numbers
-        self._skew = 0.0
+        self._skew = {"behind": 0.0, "ahead": 0.0}  # the most seen each way, in seconds
 
     # -- one job ----------------------------------------------------------------------------
 
@@ -193,6 +205,13 @@ class Ramp:
             if finished.run_s is not None:
                 sample.phases["run"] = finished.run_s
             sample.phases.update(finished.phases)
+            if "reap" not in sample.phases:
+                # The backend did not measure it: the node's end to the backend learning it.
+                waited = reap_wait(finished)
+                if waited is not None and waited < -CLOCK_SKEW_S:
+                    self._note_skew(-waited, ahead=True)
+                elif waited is not None:
+                    sample.phases["reap"] = max(0.0, waited)
             if finished.started is not None and "queue" not in sample.phases:
                 # The backend did not see the placement: inferred from the node's start.
                 if finished.started < sample.submitted - CLOCK_SKEW_S:
@@ -212,15 +231,28 @@ class Ramp:
             return []
         return list(events_between(lvl.start, self.clock.now()))
 
-    def _note_skew(self, behind: float) -> None:
-        # Queue wait compares the node's start time with the workstation's submit time.
-        if behind > self._skew:
-            self._skew = behind
-            self.notes[:] = [
-                f"a node's clock is up to {behind:.2f}s behind this workstation's (a job "
-                "started before it was submitted): queue waits are understated; sync the "
-                "clocks (NTP) and run again"
-            ]
+    def _note_skew(self, seconds: float, *, ahead: bool = False) -> None:
+        # Queue wait compares the node's start time with the workstation's submit time;
+        # reap compares the node's end time with when the workstation learned of it.
+        key = "ahead" if ahead else "behind"
+        if seconds <= self._skew[key]:
+            return
+        self._skew[key] = seconds
+        notes = []
+        if self._skew["behind"]:
+            notes.append(
+                f"a node's clock is up to {self._skew['behind']:.2f}s behind this "
+                "workstation's (a job started before it was submitted): queue waits are "
+                "understated; sync the clocks (NTP) and run again"
+            )
+        if self._skew["ahead"]:
+            notes.append(
+                f"a node's clock is up to {self._skew['ahead']:.2f}s ahead of this "
+                "workstation's (a job ended on its node after this workstation learned it "
+                "ended): those jobs' reap times are left out; sync the clocks (NTP) and run "
+                "again"
+            )
+        self.notes[:] = notes
 
     # -- the two load models ----------------------------------------------------------------
 

@@ -10,7 +10,9 @@ Slurm's side by side.
 - A job is ok when Slurm says COMPLETED; FAILED, CANCELLED, TIMEOUT, NODE_FAIL, ... fail with
   Slurm's state, reason and exit code. Started = Slurm's StartTime, run = EndTime - StartTime:
   Slurm keeps whole seconds, so both are rounded down to the second (a start is never put
-  before the sbatch call that made it).
+  before the sbatch call that made it). Reap (noticing the end) = the poll that saw it end
+  less EndTime, measured here as the start may have been moved up to the sbatch call; with
+  EndTime rounded down it reads up to 1 s more than the wait was.
 - Built-in workloads (`gpupoolctl-workload sim ...`) run as `<python> -m
   gpupoolctl.agent.workloads ...` with this workstation's python, which works where
   gpupoolctl is importable on the compute node at the same path (a loopback cluster, a
@@ -44,6 +46,7 @@ JOB_DIR_SETUP = (
     "export GPUPOOL_JOB_DIR",
 )
 CANCEL_BATCH = 200  # job ids per scancel call at close
+CLOCK_SKEW_S = 0.05  # an end this much after the poll that saw it: the clocks disagree
 
 
 def node_argv(argv: Sequence[str], python: str = sys.executable) -> list[str]:
@@ -57,12 +60,19 @@ def finished_from_job(job: SlurmJob, *, submitted: float, now: float) -> Finishe
     run_s = None
     if job.started is not None and job.ended is not None:
         run_s = max(0.0, job.ended - job.started)
+    # From Slurm's EndTime, not started + run_s: `started` may be the sbatch call's time.
+    # EndTime is rounded down, so an end after `now` means slurmctld's clock runs ahead of
+    # this workstation's: then the wait is not known, and left out.
+    phases: dict[str, float] = {}
+    if run_s is not None and job.ended is not None and now - job.ended >= -CLOCK_SKEW_S:
+        phases["reap"] = max(0.0, now - job.ended)
     return Finished(
         ok=job.ok,
         started=started,
         ended=now,
         error=None if job.ok else f"slurm job {job.job_id} {job.describe_end()}",
         run_s=run_s,
+        phases=phases,
     )
 
 
@@ -236,5 +246,13 @@ class SlurmBackend:
                     )
             if job is not None and job.finished:
                 entry.finished = finished_from_job(job, submitted=entry.submitted, now=now)
+                if entry.finished.run_s is not None and "reap" not in entry.finished.phases:
+                    with self._lock:
+                        self._warn_once(
+                            "clock",
+                            "slurmctld's clock is ahead of this workstation's (a job ended "
+                            "after the poll that saw it end): those jobs' reap times are left "
+                            "out; sync the clocks (NTP)",
+                        )
             if entry.finished is not None:
                 entry.event.set()  # wait() takes it out of _jobs

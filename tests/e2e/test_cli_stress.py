@@ -249,6 +249,22 @@ def test_matmul_on_a_node_without_pytorch_or_cupy_says_so_and_exits_1(stress_cli
     assert "neither PyTorch nor CuPy" in run.stderr
 
 
+def test_reap_names_the_wait_for_a_job_s_end_to_be_noticed(stress_cli) -> None:
+    """On the sim pool, a job's end reaches the harness only at the reaper's next pass:
+    that wait is measured as reap, and little of a job's time is left unattributed."""
+    run = short_ramp(stress_cli, "--hold", "1500ms", "--workload", "sleep", "--work", "100ms")
+    assert run.code == 0, run.stderr
+    [level] = run.json()["levels"]
+    assert level["completed"] > 0 and level["failed"] == 0
+    reap, turnaround = level["phases"]["reap"], level["turnaround"]["mean"]
+    assert 0 < reap < turnaround - level["phases"]["run"], level
+    verdict = run.json()["bottleneck"]
+    assert verdict["shares_at_knee"]["reap"] > 0
+    assert verdict["shares_at_knee"].get("unattributed", 0.0) < 0.5 * reap / turnaround
+    rows = stress_cli("stress", "report", "run.json", "-o", "csv")
+    assert rows.code == 0 and "phase_reap" in rows.stdout.splitlines()[0]
+
+
 def test_queue_wait_is_the_wait_for_a_slice_and_launch_is_reported_apart(stress_cli) -> None:
     run = short_ramp(stress_cli, "--hold", "1500ms", "--workload", "sleep", "--work", "100ms")
     assert run.code == 0, run.stderr

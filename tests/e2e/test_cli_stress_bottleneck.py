@@ -165,3 +165,38 @@ def test_report_of_a_run_without_a_split_says_what_it_can(cli) -> None:
     assert "Queue wait (for a slice) grew from 50 ms to 3.5 s per job (70x)" in line
     assert "not measured: ledger, launch" in line
     assert "interconnect" not in line and "comm" not in line
+
+
+BEFORE_REAP = Path(__file__).parents[1] / "fixtures" / "stress" / "before-reap.json"
+
+
+def test_a_result_saved_before_reap_still_reports_and_compares(cli) -> None:
+    """A file an earlier `stress ramp --save` wrote (the sim pool, no reap phase), read by
+    `stress report` and compared both ways with the same run once reap is measured."""
+    import json
+
+    old = json.loads(BEFORE_REAP.read_text())
+    (Path(cli.cwd) / "old.json").write_text(json.dumps(old))
+    for level in old["levels"]:
+        level["phases"]["reap"] = 0.06
+    (Path(cli.cwd) / "new.json").write_text(json.dumps(old))
+
+    shown = cli("stress", "report", "old.json")
+    assert shown.code == 0, shown.stderr
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("Time per job"))
+    assert "unattributed" in line and "reap" not in line
+    rows = cli("stress", "report", "old.json", "-o", "csv")
+    assert rows.code == 0, rows.stderr
+    header, *cells = [r.split(",") for r in rows.stdout.splitlines()]
+    at = header.index("phase_reap")
+    assert [c[at] for c in cells] == ["-", "-", "-"]
+
+    shown = cli("stress", "report", "new.json")
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("Time per job"))
+    assert "reap" in line
+    for current, baseline in (("new.json", "old.json"), ("old.json", "new.json")):
+        run = cli("stress", "compare", current, "-b", baseline, "--report", "ab.html")
+        assert run.code == 0, run.stderr  # the same run: nothing regressed
+        page = (Path(cli.cwd) / "ab.html").read_text()
+        shares = re.findall(r"Time per job at level 4 [^<]*", page)
+        assert len(shares) == 2 and sum("reap" in x for x in shares) == 1, shares

@@ -293,6 +293,10 @@ def test_stress_ramp_through_slurm(cluster: SlurmCluster, tmp_path: Path) -> Non
     assert all(lv["failed"] == 0 for lv in levels), levels
     assert all(lv["completed"] >= 1 for lv in levels), levels
     assert all("launch" in lv["phases"] and "queue" in lv["phases"] for lv in levels)
+    # Noticing each end (squeue's poll) is measured from Slurm's EndTime, which is whole
+    # seconds rounded down: never below 0, never above a job's whole turnaround.
+    reaps = [(lv["phases"]["reap"], lv["turnaround"]["mean"]) for lv in levels]
+    assert all(0 <= reap <= turnaround for reap, turnaround in reaps), reaps
     # Nothing left behind in Slurm by the ramp.
     left = cluster.run("squeue", "--noheader", "--states=PENDING,RUNNING", "--format=%j")
     assert "stress-" not in left.stdout

@@ -5,6 +5,7 @@ client records calls; the real daemons are in tests/integration/test_slurm_backe
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -157,3 +158,35 @@ def test_node_argv_runs_builtin_workloads_with_python() -> None:
         "1",
     ]
     assert node_argv(["sleep", "1"]) == ["sleep", "1"]
+
+
+def test_reap_is_measured_from_slurm_s_end_time_even_when_the_start_was_moved() -> None:
+    job = SlurmJob(job_id="1", state="COMPLETED", started=100.0, ended=101.0, exit_code=0)
+    finished = finished_from_job(job, submitted=100.6, now=102.25)
+    # Not now - (started + run) = 0.65: the start was moved up to the sbatch call.
+    assert finished.phases == {"reap": 1.25}
+
+
+def test_no_reap_where_the_job_never_ran_or_slurm_s_clock_runs_ahead() -> None:
+    cancelled = SlurmJob(job_id="1", state="CANCELLED", started=None, ended=101.0)
+    assert finished_from_job(cancelled, submitted=100.0, now=102.0).phases == {}
+    ahead = SlurmJob(job_id="2", state="COMPLETED", started=100.0, ended=105.0, exit_code=0)
+    finished = finished_from_job(ahead, submitted=100.0, now=102.0)
+    assert finished.run_s == 5.0 and finished.phases == {}
+
+
+def test_the_reaper_warns_once_when_slurm_s_clock_runs_ahead() -> None:
+    client = StandIn()
+    backend = SlurmBackend(client, _make_spec, poll_s=0.01)  # type: ignore[arg-type]
+    tickets = [backend.submit(_work(n)) for n in range(2)]
+    future = time.time() + 3600.0
+    for ticket in tickets:
+        with client.lock:
+            client.jobs[ticket.job_id] = SlurmJob(
+                job_id=ticket.job_id, state="COMPLETED", started=future, ended=future + 1.0
+            )
+    ended = [backend.wait(ticket, 5.0) for ticket in tickets]
+    backend.close()
+    assert all(f is not None and f.ok and "reap" not in f.phases for f in ended)
+    (warning,) = backend.warnings()
+    assert warning.startswith("slurmctld's clock is ahead of this workstation's")

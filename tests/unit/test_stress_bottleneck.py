@@ -274,6 +274,48 @@ def test_unattributed_time_is_said_when_larger_than_the_named_part():
     assert "is in no measured phase" in found.sentence
 
 
+def _reaped(reaps: tuple[float, float]) -> list[LevelResult]:
+    """Jobs that wait longer for their end to be noticed as load grows (a reaper pass over
+    every node takes longer), everything else flat."""
+    return [
+        _level(n, {"ledger": 0.01, "launch": 0.02, "queue": 0.01, "run": 0.1, "reap": r}, n)
+        for n, r in zip((1, 8), reaps, strict=True)
+    ]
+
+
+def test_reap_growth_says_the_time_is_in_noticing_jobs_ends_not_the_gpus():
+    found = find_bottleneck(_reaped((0.05, 0.4)), None)
+    assert found is not None and found.phase == "reap"
+    assert found.growth == pytest.approx(8)
+    assert found.share == pytest.approx(0.4 / 0.54)
+    assert found.sentence.startswith(
+        "the wait until the job's end was noticed (the reaper's poll) grew from 50 ms to "
+        "400 ms per job (8.0x) and is 74% of each job's time at level 8"
+    )
+    assert "noticing jobs' ends (the harness's or scheduler's reap pass)" in found.sentence
+    assert found.sentence.endswith("not in the GPUs")
+    line = bottleneck_lines(_run(_reaped((0.05, 0.4))))[1]
+    assert line.startswith("Time per job at level 8 (the last level: no knee found): reap 74%")
+
+
+def test_reap_is_a_part_after_the_run_and_shrinks_the_unattributed_time():
+    with_reap = _level(8, {"queue": 0.1, "run": 1.0, "reap": 0.3}, turnaround=1.5)
+    assert list(time_split(with_reap)) == ["queue", "run", "reap"]
+    split = _level(8, {"run": 1.0, "compute": 0.5, "reap": 0.3}, turnaround=1.5)
+    assert list(time_split(split)) == ["compute", "run_other", "reap"]
+    without = _level(8, {"queue": 0.1, "run": 1.0}, turnaround=1.5)
+    base = _level(1, {"queue": 0.1, "run": 0.5, "reap": 0.3}, turnaround=1.0)
+    found = find_bottleneck([base, with_reap], None)
+    before = find_bottleneck([_level(1, {"queue": 0.1, "run": 0.5}), without], None)
+    assert found is not None and before is not None
+    assert before.shares_at_knee[UNATTRIBUTED] == pytest.approx(0.4 / 1.5)
+    assert found.shares_at_knee[UNATTRIBUTED] == pytest.approx(0.1 / 1.5)
+    assert found.shares_at_knee["reap"] == pytest.approx(0.3 / 1.5)
+    # The rule is the same: the run grew, not the reap; it is named, with no unknown reap.
+    assert found.phase == before.phase == "run"
+    assert "reap" not in found.sentence and "reap" not in before.sentence
+
+
 def test_split_at_one_level_only_compares_the_run_whole():
     levels = [
         _level(1, {"queue": 0.1, "run": 1.0}),
@@ -318,7 +360,7 @@ _SECONDS = st.floats(min_value=0.0, max_value=100.0, allow_nan=False)
 def _splits(draw):
     """2-6 measured levels, each phase measured everywhere or nowhere (random subsets),
     compute and comm sometimes, a turnaround that may be above or below the parts' sum."""
-    names = draw(st.sets(st.sampled_from(["ledger", "launch", "queue", "run"])))
+    names = draw(st.sets(st.sampled_from(["ledger", "launch", "queue", "run", "reap"])))
     split = draw(st.sampled_from([(), ("compute",), ("comm",), ("compute", "comm")]))
     count = draw(st.integers(2, 6))
     levels = []
@@ -409,6 +451,16 @@ def test_html_of_an_old_result_stacks_the_four_phases():
         assert re.search(rf">\s*{label}\s*<", picture), label
     assert "comm" not in picture and "compute" not in picture
     assert "out of slices (capacity), not the scheduler." in page
+
+
+def test_html_stacks_reap_after_the_run_and_explains_it():
+    page = render_html(_run(_reaped((0.05, 0.4))))
+    picture = _svgs(page)[-1]
+    # The legend reads top-down as the segments are stacked: reap on top of the run.
+    labels = re.findall(r">\s*([a-z][a-z ]*?)\s*<", picture)
+    assert labels[-5:] == ["reap", "run", "queue", "launch", "ledger"], labels
+    assert "<li><b>reap</b>: noticing the job&#x27;s end" in page
+    assert "noticing jobs&#x27; ends" in page
 
 
 def test_html_with_a_baseline_gives_both_sentences():

@@ -413,3 +413,60 @@ def test_launch_has_its_own_percentiles_in_the_file_and_older_files_without_them
         del lv["launch"]
     older = from_dict(data, "older.json")
     assert older.levels[0].launch.count == 0 and older.levels[0].launch.p95 is None
+
+
+# -- reap, and results saved before it was measured -------------------------------------------
+
+BEFORE_REAP = Path(__file__).parents[1] / "fixtures" / "stress" / "before-reap.json"
+
+
+def test_reap_round_trips_through_json_and_csv(tmp_path):
+    from gpupoolctl.stress.metrics import metric_value
+    from gpupoolctl.stress.thresholds import evaluate, parse_threshold
+
+    original = run_result()
+    original.levels[0].phases["reap"] = 0.25
+    path = tmp_path / "run.json"
+    save(original, path)
+    assert json.loads(path.read_text())["levels"][0]["phases"]["reap"] == 0.25
+    back = load(path)
+    assert back == original and back.levels[0].phases["reap"] == 0.25
+    rows = to_csv_rows(back)
+    assert rows[0]["phase_reap"] == 0.25 and rows[1]["phase_reap"] is None
+    # In a job's life order: after the run, before the run's own split.
+    keys = list(rows[0])
+    assert keys.index("phase_run") < keys.index("phase_reap") < keys.index("phase_compute")
+    assert metric_value(back.levels[0], "phase.reap") == 0.25
+    [check] = evaluate([parse_threshold("phase.reap < 200ms")], back.levels[0])
+    assert (check.value, check.ok) == (0.25, False)
+
+
+def test_a_result_saved_before_reap_loads_and_reports():
+    """A file `stress ramp --save` wrote before reap was measured (the sim pool, sleep
+    100ms, levels 1, 2, 4): it loads, and every report of it works, with reap absent."""
+    from gpupoolctl.stress.bottleneck import UNATTRIBUTED, find_bottleneck
+    from gpupoolctl.stress.compare import compare
+    from gpupoolctl.stress.report_html import render_html
+    from gpupoolctl.stress.report_text import bottleneck_lines, level_rows
+
+    old = load(BEFORE_REAP)
+    assert [lv.level for lv in old.levels] == [1, 2, 4]
+    assert all("reap" not in lv.phases and "run" in lv.phases for lv in old.levels)
+    assert all(row["phase_reap"] is None for row in to_csv_rows(old))
+    found = find_bottleneck(old.levels, old.knees)
+    assert found is not None and "reap" not in found.shares_at_knee
+    assert found.shares_at_knee[UNATTRIBUTED] > 0.1  # what reap now names, unnamed then
+    assert "reap" not in found.sentence  # not named as unknown either
+    assert bottleneck_lines(old)[0].startswith("Bottleneck: ")
+    assert len(level_rows(old)) == 3
+    svgs = re.findall(r"<svg\b.*?</svg>", render_html(old), flags=re.S)
+    picture = next(svg for svg in svgs if "Where the time went" in svg)
+    assert re.search(r">\s*run\s*<", picture) and not re.search(r">\s*reap\s*<", picture)
+    # Compared both ways with a run that measured it.
+    new = copy.deepcopy(old)
+    for lv in new.levels:
+        lv.phases["reap"] = 0.08
+    assert compare(new, old).rows and compare(old, new).rows
+    named = find_bottleneck(new.levels, new.knees)
+    assert named is not None and named.shares_at_knee["reap"] > 0
+    assert named.shares_at_knee.get(UNATTRIBUTED, 0.0) < found.shares_at_knee[UNATTRIBUTED]

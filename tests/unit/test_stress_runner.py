@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from gpupoolctl.stress.backend import Finished, NoopBackend, SubmitRefused, Ticket, Work
-from gpupoolctl.stress.runner import HarnessError, LevelDone, LevelStarted, Ramp
+from gpupoolctl.stress.backend import Backend, Finished, NoopBackend, SubmitRefused, Ticket, Work
+from gpupoolctl.stress.model import LevelResult
+from gpupoolctl.stress.runner import HarnessError, LevelDone, LevelStarted, Ramp, reap_wait
 from gpupoolctl.stress.scenario import Scenario, Workload, parse_threshold
 from gpupoolctl.stress.thresholds import evaluate
 
@@ -296,3 +297,75 @@ def test_a_backend_that_saw_the_placement_gives_queue_and_launch_as_measured() -
     # Means over however many jobs fit in the hold: equal up to rounding, not bit for bit.
     assert level.phases["queue"] == pytest.approx(0.1)
     assert level.phases["launch"] == pytest.approx(0.4)
+
+
+# -- reap: from the job's end on its node to the backend learning of it ---------------------
+
+
+class EndedBackend(NoopBackend):
+    """Jobs that start START_S after submit returns and run RUN_S on their node; the
+    backend learns of the end REAP_S after it. Times as reported: nothing sleeps."""
+
+    name = "ended"
+    START_S, RUN_S, REAP_S = 0.05, 0.2, 0.3
+
+    def __init__(self, **changes: object) -> None:
+        super().__init__()
+        self.changes = changes
+
+    def wait(self, ticket: Ticket, timeout: float) -> Finished | None:
+        started = ticket.accepted + self.START_S
+        finished = Finished(
+            ok=True, started=started, ended=started + self.RUN_S + self.REAP_S, run_s=self.RUN_S
+        )
+        for key, value in self.changes.items():
+            setattr(finished, key, value)
+        return finished
+
+
+def _one_level(backend: Backend) -> tuple[LevelResult, Ramp]:
+    ramp = Ramp(scenario(levels=(1,), hold_s=0.2), backend)
+    [level] = ramp.run().levels
+    assert level.completed > 0
+    return level, ramp
+
+
+def test_reap_wait_is_the_end_learned_less_the_end_on_the_node() -> None:
+    finished = Finished(ok=True, started=100.0, ended=103.5, run_s=2.0)
+    assert reap_wait(finished) == pytest.approx(1.5)
+    assert reap_wait(Finished(ok=True, started=100.0, ended=103.5, run_s=None)) is None
+    assert reap_wait(Finished(ok=False, started=None, ended=103.5, run_s=2.0)) is None
+    # A node clock ahead of the workstation's: below zero, for the runner to judge.
+    assert reap_wait(Finished(ok=True, started=100.0, ended=101.0, run_s=2.0)) == -1.0
+
+
+def test_the_runner_measures_reap_from_the_node_s_start_and_run() -> None:
+    level, ramp = _one_level(EndedBackend())
+    assert level.phases["reap"] == pytest.approx(EndedBackend.REAP_S)
+    assert level.phases["run"] == pytest.approx(EndedBackend.RUN_S)
+    assert ramp.notes == []
+
+
+@pytest.mark.parametrize("unknown", ["run_s", "started"])
+def test_reap_is_absent_not_zero_where_the_end_on_the_node_is_unknown(unknown: str) -> None:
+    level, _ = _one_level(EndedBackend(**{unknown: None}))
+    assert "reap" not in level.phases
+
+
+def test_a_reap_the_backend_measured_is_kept() -> None:
+    level, _ = _one_level(EndedBackend(phases={"reap": 0.07}))
+    assert level.phases["reap"] == pytest.approx(0.07)  # not the 0.3 the times would give
+
+
+def test_a_node_clock_ahead_leaves_reap_out_and_says_so() -> None:
+    # Learned 1 s "before" the job ended on its node: the clocks disagree.
+    level, ramp = _one_level(EndedBackend(ended=0.0))
+    assert "reap" not in level.phases
+    [note] = ramp.notes
+    assert "ahead of this workstation's" in note and "reap times are left out" in note
+
+
+def test_an_end_learned_at_once_is_a_measured_zero() -> None:
+    level, ramp = _one_level(NoopBackend())  # started = accepted, run 0, ended after
+    assert level.phases["reap"] >= 0.0 and level.phases["reap"] < 0.05
+    assert ramp.notes == []
