@@ -92,8 +92,7 @@ def _speed(where: str, value: Any) -> float:
     number = float(value)
     if not math.isfinite(number) or not 0 < number <= MAX_GBPS:
         raise NicSpecError(
-            f"{where}: speed_gbps must be more than 0 and at most {MAX_GBPS:g} Gb/s, "
-            f"got {value!r}"
+            f"{where}: speed_gbps must be more than 0 and at most {MAX_GBPS:g} Gb/s, got {value!r}"
         )
     return number
 
