@@ -72,10 +72,15 @@ def _try(fd: int, mode: int) -> bool:
 
 
 def _wait(
-    fd: int, mode: int, timeout: float, on_long_wait: Callable[[], None] | None = None
+    fd: int,
+    mode: int,
+    timeout: float,
+    on_long_wait: Callable[[], None] | None = None,
+    on_poll: Callable[[], None] | None = None,
 ) -> float | None:
     """Take the lock within `timeout` seconds: None when taken, else the seconds waited.
-    `on_long_wait` is called once if the wait passes NOTICE_AFTER_S."""
+    `on_long_wait` is called once if the wait passes NOTICE_AFTER_S; `on_poll` after each
+    try that found the lock busy (never while this process holds it)."""
     if _try(fd, mode):
         return None
     if math.isinf(timeout) and on_long_wait is None:
@@ -94,6 +99,10 @@ def _wait(
             on_long_wait()
             if math.isinf(timeout):
                 fcntl.flock(fd, mode)  # no limit asked for: the kernel wakes us on release
+                return None
+        if on_poll is not None:
+            on_poll()
+            if _try(fd, mode):  # the poll's work took time: the holder may be gone
                 return None
         pause = min(_MAX_SLEEP, max(_MIN_SLEEP, (now - start) * _SLEEP_SHARE))
         time.sleep(min(pause, deadline - now))
@@ -173,12 +182,12 @@ class FileLock:
         return self._fd
 
     @contextmanager
-    def _held(self, mode: int) -> Iterator[None]:
+    def _held(self, mode: int, on_poll: Callable[[], None] | None = None) -> Iterator[None]:
         timeout = timeout_from_env() if self.timeout is None else self.timeout
         fd = self._descriptor()
         on_wait = self.on_wait
         tell = None if on_wait is None else lambda: on_wait(waiting_message(self.path, timeout))
-        waited = _wait(fd, mode, timeout, tell)
+        waited = _wait(fd, mode, timeout, tell, on_poll)
         if waited is not None:
             found, why = holders(self.path)
             raise LedgerBusy(
@@ -197,8 +206,12 @@ class FileLock:
     def shared(self) -> contextmanager[None]:  # type: ignore[valid-type]
         return self._held(fcntl.LOCK_SH)
 
-    def exclusive(self) -> contextmanager[None]:  # type: ignore[valid-type]
-        return self._held(fcntl.LOCK_EX)
+    def exclusive(
+        self, on_poll: Callable[[], None] | None = None
+    ) -> contextmanager[None]:  # type: ignore[valid-type]
+        """`on_poll`: work to do between tries while another process holds the lock (a
+        writer reads ahead what the holders append; see Ledger)."""
+        return self._held(fcntl.LOCK_EX, on_poll)
 
     def close(self) -> None:
         if self._fd is not None and self._pid == os.getpid():

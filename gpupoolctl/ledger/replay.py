@@ -163,6 +163,28 @@ def refresh(
         loaded.scan.torn = None
         loaded.size = size
         return loaded
+    _scan_appended(loaded, fd, size, observe)
+    return _settled(loaded, paths, fd, observe)
+
+
+def read_ahead(loaded: Loaded, fd: int, observe: Observer | None = None) -> None:
+    """Outside the write lock, while a writer waits for it: apply the whole records appended
+    to this journal since `loaded` last read it, so that under the lock only the last
+    holder's are left to read. Only the plain case (the same file, grown, nothing damaged so
+    far); anything else, a journal replaced or damage, is left to `refresh` under the lock,
+    which checks the files' identity again and reloads when they changed. A record half
+    written by the holder is not read: the scan stops before an unterminated line or an
+    unfinished batch, and the next read starts there."""
+    if loaded.damaged:
+        return
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != tuple(loaded.ident[:2]) or st.st_size <= loaded.scan.end:
+        return
+    _scan_appended(loaded, fd, st.st_size, observe)
+
+
+def _scan_appended(loaded: Loaded, fd: int, size: int, observe: Observer | None) -> None:
+    """Apply the records between what `loaded` has read and `size` to its state and scan."""
     state = loaded.state
     fresh = os.pread(fd, size - loaded.scan.end, loaded.scan.end)
     more = journal.scan(
@@ -188,4 +210,3 @@ def refresh(
     old.last_ts = more.last_ts or old.last_ts
     old.end, old.lines, old.last_seq = more.end, more.lines, more.last_seq
     loaded.size = size
-    return _settled(loaded, paths, fd, observe)
