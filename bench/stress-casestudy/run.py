@@ -47,6 +47,10 @@ SCENARIO = REPO_ROOT / "playbooks" / "stress-training.yaml"
 BUNDLED = REPO_ROOT / "inventories" / "sim.yaml"
 RAMP_TIMEOUT_S = 1800.0
 INTERCONNECT = ("comm",)  # the phase that means "the interconnect" in the verdict
+# "Moves it" for the faster network: a later knee, or peak work up by more than the
+# run-to-run noise of one level here (best-fit's level 12 gave 1,250 and 1,360 samples/s in
+# two runs of the same tree).
+NOISE = 1.10
 
 
 @dataclass
@@ -189,8 +193,9 @@ def targets(base: Ramp, topo: Ramp, net: Ramp) -> list[str]:
         f"{verdict(moved >= 2 if moved is not None else None)}",
         f"topology raises peak work throughput >= 1.5x: {_cell(peak)}x: "
         f"{verdict(peak >= 1.5 if peak is not None else None)}",
-        f"the faster network moves it too: knee {_cell(net_moved)}x, peak work {_cell(net_peak)}x: "
-        f"{verdict((net_peak or 0) > 1.0 or (net_moved or 0) > 1.0)}",
+        f"the faster network moves it too (a later knee, or peak work >= {NOISE:g}x): knee "
+        f"{_cell(net_moved)}x, peak work {_cell(net_peak)}x: "
+        f"{verdict((net_peak or 0) >= NOISE or (net_moved or 0) > 1.0)}",
     ]
 
 
