@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from gpupoolctl.hw.entries import entry_problem
+
 VAR = "sim_nics"
 KINDS = ("ethernet", "infiniband", "roce")
 _KEYS = ("name", "kind", "speed_gbps", "state", "numa_node")
@@ -45,16 +47,9 @@ def parse_nics(value: Any) -> list[dict[str, Any]]:
     seen: dict[str, int] = {}
     for index, entry in enumerate(value):
         where = f"{VAR}[{index}]"
-        if not isinstance(entry, dict):
-            raise NicSpecError(f"{where} must be a mapping with name, kind and speed_gbps")
-        unknown = sorted(str(k) for k in entry if k not in _KEYS)
-        if unknown:
-            raise NicSpecError(
-                f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(_KEYS)})"
-            )
-        missing = [k for k in _REQUIRED if entry.get(k) is None]
-        if missing:
-            raise NicSpecError(f"{where}: missing {', '.join(missing)}")
+        problem = entry_problem(where, entry, _KEYS, _REQUIRED)
+        if problem:
+            raise NicSpecError(problem)
         name = _name(where, entry["name"])
         if name in seen:
             raise NicSpecError(f"{where}: {name} is already given in {VAR}[{seen[name]}]")

@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from gpupoolctl.hw.entries import entry_problem
+
 VAR = "gpupool_site_links"
 _KEYS = ("sites", "gbps", "rtt_ms")
 MAX_LINKS = 1000  # a pool has a handful of sites; this bounds what a bad file can cost
@@ -54,16 +56,9 @@ def parse_site_links(value: Any) -> tuple[SiteLink, ...]:
     seen: dict[tuple[str, str], int] = {}
     for index, entry in enumerate(value):
         where = f"{VAR}[{index}]"
-        if not isinstance(entry, dict):
-            raise SiteLinkError(f"{where} must be a mapping with sites, gbps and rtt_ms")
-        unknown = sorted(str(k) for k in entry if k not in _KEYS)
-        if unknown:
-            raise SiteLinkError(
-                f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(_KEYS)})"
-            )
-        missing = [k for k in _KEYS if entry.get(k) is None]
-        if missing:
-            raise SiteLinkError(f"{where}: missing {', '.join(missing)}")
+        problem = entry_problem(where, entry, _KEYS, _KEYS)
+        if problem:
+            raise SiteLinkError(problem)
         sites = entry["sites"]
         if (
             not isinstance(sites, list)
