@@ -206,9 +206,7 @@ class FileLock:
     def shared(self) -> contextmanager[None]:  # type: ignore[valid-type]
         return self._held(fcntl.LOCK_SH)
 
-    def exclusive(
-        self, on_poll: Callable[[], None] | None = None
-    ) -> contextmanager[None]:  # type: ignore[valid-type]
+    def exclusive(self, on_poll: Callable[[], None] | None = None) -> contextmanager[None]:  # type: ignore[valid-type]
         """`on_poll`: work to do between tries while another process holds the lock (a
         writer reads ahead what the holders append; see Ledger)."""
         return self._held(fcntl.LOCK_EX, on_poll)
