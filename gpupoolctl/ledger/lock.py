@@ -29,14 +29,17 @@ from gpupoolctl.ledger.paths import FILE_MODE
 TIMEOUT_ENV = "GPUPOOL_LEDGER_LOCK_TIMEOUT"
 DEFAULT_TIMEOUT = 60.0
 
-# Between LOCK_NB tries a waiter sleeps a twentieth of what it has waited so far, within
-# [0.1 ms, 50 ms]. A release then goes unnoticed for about 5% of the wait at most, so the
+# Between LOCK_NB tries a waiter sleeps a fiftieth of what it has waited so far, within
+# [0.03 ms, 50 ms]. A release then goes unnoticed for about 2% of the wait at most, so the
 # short holds of busy writers (well under a millisecond) hand over nearly as fast as a
-# blocking flock, while a slow or stuck holder costs each waiter ~20 wake-ups a second.
-# A fixed back-off cannot do both: capped at 2 ms it left the lock idle between commits
-# (throughput down by a third with 8 writers), capped at 0.2 ms it polls all the time.
-_SLEEP_SHARE = 0.05
-_MIN_SLEEP = 0.0001
+# blocking flock, while a slow or stuck holder costs each waiter ~20 wake-ups a second
+# once it has waited 2.5 s (about 500 in its first second). A fixed back-off cannot do
+# both: capped at 2 ms it left the lock idle between commits (throughput down by a third
+# with 8 writers), capped at 0.2 ms it polls all the time. Since waiters read ahead
+# between tries (Ledger), a twentieth within [0.1 ms, 50 ms] gave 2-14% fewer
+# alloc+release a second with 8 writers than this (bench/ledger, six alternating pairs).
+_SLEEP_SHARE = 0.02
+_MIN_SLEEP = 0.00003
 _MAX_SLEEP = 0.05
 # A wait longer than this is worth telling a person about (once), through `on_wait`.
 NOTICE_AFTER_S = 2.0
