@@ -33,7 +33,7 @@ DEFAULT_TIMEOUT = 60.0
 # [0.03 ms, 50 ms]. A release then goes unnoticed for about 2% of the wait at most, so the
 # short holds of busy writers (well under a millisecond) hand over nearly as fast as a
 # blocking flock, while a slow or stuck holder costs each waiter ~20 wake-ups a second
-# once it has waited 2.5 s (about 500 in its first second). A fixed back-off cannot do
+# once it has waited 2.5 s (about 380 in its first second). A fixed back-off cannot do
 # both: capped at 2 ms it left the lock idle between commits (throughput down by a third
 # with 8 writers), capped at 0.2 ms it polls all the time. Since waiters read ahead
 # between tries (Ledger), a twentieth within [0.1 ms, 50 ms] gave 2-14% fewer
