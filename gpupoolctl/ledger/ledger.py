@@ -68,6 +68,43 @@ def check_no_secrets(value: Any, where: str = "data") -> None:
             check_no_secrets(item, where)
 
 
+def not_text(records: Sequence[dict[str, Any]]) -> str:
+    """Why records could not be written: the first string in them that is not UTF-8 text
+    (a byte that is not UTF-8 given on a command line arrives as a lone surrogate)."""
+    for record in records:
+        where = _undecodable(record["data"], str(record["op"]))
+        if where is None and _undecodable(record["actor"], "actor"):
+            where = "actor"
+        if where is not None:
+            return (
+                f"cannot record {where}: it is not valid UTF-8 text (bytes such as 0xff in "
+                "a command line or name); the ledger keeps text only"
+            )
+    return "cannot record the change: some of its text is not valid UTF-8"
+
+
+def _undecodable(value: Any, where: str) -> str | None:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _undecodable(str(key), f"{where} (a key)") or _undecodable(
+                item, f"{where}.{key}"
+            )
+            if found:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _undecodable(item, f"{where}[{index}]")
+            if found:
+                return found
+    return None
+
+
 @dataclass
 class View:
     """What a reader sees: the state, the time it was judged at, and any warnings."""
@@ -484,7 +521,11 @@ class Ledger:
                 raise
             if not tx.records:
                 return
-            data = tx.encoded()
+            try:
+                data = tx.encoded()
+            except UnicodeEncodeError:
+                self._loaded = None  # the cached state already has the records
+                raise UsageError(not_text(tx.records)) from None
             try:
                 fileio.append(fd, data)
             except OSError as exc:

@@ -192,3 +192,21 @@ def test_wait_shows_the_jobs_stderr_on_ours(jobs_cli) -> None:
     assert run.code == 2
     assert run.stdout == "out\n"
     assert "Traceback: boom\n" in run.stderr
+
+
+def test_a_command_line_that_is_not_utf8_is_one_line_and_nothing_is_recorded(jobs_cli) -> None:
+    """A byte that is not UTF-8 (0xff) in the command or the name reached the journal's
+    encoder as a lone surrogate and ended in a traceback; now exit 2, one line naming the
+    field, and the ledger is as it was."""
+    for args in (("--", "sleep", "\udcff"), ("--name", "a\udcffb", "--", "sleep", "1")):
+        run = jobs_cli("submit", "--mem", "10G", *args)
+        assert run.code == 2, (run.code, run.stderr)
+        assert "Traceback" not in run.stderr
+        line = run.stderr.strip().splitlines()[-1]
+        assert len(run.stderr.strip().splitlines()) <= 2, run.stderr  # notice + error
+        assert "is not valid UTF-8 text" in line
+        assert ("job.argv[1]" if args[0] == "--" else "job.name") in line
+    history = jobs_cli("-o", "json", "ledger", "show").json()
+    assert {r["op"] for r in history} <= {"slices"}  # submit's refresh of the pool, no job
+    assert jobs_cli("ledger", "verify").code == 0
+    assert jobs_cli("-q", "submit", "--mem", "10G", "--", "true").code == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import stat
 from datetime import UTC, datetime, timedelta
@@ -341,3 +342,25 @@ def test_verify_reports_a_recut_reservation_held_for_over_an_hour(ledger) -> Non
 
     ledger.write(close)
     assert ledger.verify().problems == []
+
+
+def test_text_that_is_not_utf8_is_a_usage_error_naming_the_field_and_changes_nothing(
+    tmp_path,
+) -> None:
+    from gpupoolctl.errors import UsageError
+    from gpupoolctl.ledger import Ledger
+
+    led = Ledger(tmp_path / "ledger.jsonl", durable=False, actor="ann@ws")
+    led.write(lambda tx: tx.append("enqueue", {"id": "q-1", "owner": "ann", "request": {}}))
+    before = copy.deepcopy(led.read().state)
+    with pytest.raises(UsageError) as caught:
+        led.write(
+            lambda tx: tx.append(
+                "enqueue", {"id": "q-2", "owner": "ann", "request": {"argv": ["x", "\udcff"]}}
+            )
+        )
+    assert str(caught.value).startswith("cannot record enqueue.request.argv[1]: it is not valid")
+    assert led.read().state == before  # the cached state forgot the record it had applied
+    led.write(lambda tx: tx.append("enqueue", {"id": "q-3", "owner": "ann", "request": {}}))
+    assert set(Ledger(tmp_path / "ledger.jsonl").read().state.queue) == {"q-1", "q-3"}
+    assert Ledger(tmp_path / "ledger.jsonl").verify().ok
