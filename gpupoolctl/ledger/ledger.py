@@ -68,12 +68,12 @@ def check_no_secrets(value: Any, where: str = "data") -> None:
             check_no_secrets(item, where)
 
 
-def not_text(records: Sequence[dict[str, Any]]) -> str:
+def _not_text(records: Sequence[dict[str, Any]]) -> str:
     """Why records could not be written: the first string in them that is not UTF-8 text
     (a byte that is not UTF-8 given on a command line arrives as a lone surrogate)."""
     for record in records:
-        where = _undecodable(record["data"], str(record["op"]))
-        if where is None and _undecodable(record["actor"], "actor"):
+        where = _first_non_text(record["data"], str(record["op"]))
+        if where is None and _first_non_text(record["actor"], "actor"):
             where = "actor"
         if where is not None:
             return (
@@ -83,7 +83,7 @@ def not_text(records: Sequence[dict[str, Any]]) -> str:
     return "cannot record the change: some of its text is not valid UTF-8"
 
 
-def _undecodable(value: Any, where: str) -> str | None:
+def _first_non_text(value: Any, where: str) -> str | None:
     if isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -92,14 +92,14 @@ def _undecodable(value: Any, where: str) -> str | None:
         return None
     if isinstance(value, dict):
         for key, item in value.items():
-            found = _undecodable(str(key), f"{where} (a key)") or _undecodable(
+            found = _first_non_text(str(key), f"{where} (a key)") or _first_non_text(
                 item, f"{where}.{key}"
             )
             if found:
                 return found
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            found = _undecodable(item, f"{where}[{index}]")
+            found = _first_non_text(item, f"{where}[{index}]")
             if found:
                 return found
     return None
@@ -525,7 +525,7 @@ class Ledger:
                 data = tx.encoded()
             except UnicodeEncodeError:
                 self._loaded = None  # the cached state already has the records
-                raise UsageError(not_text(tx.records)) from None
+                raise UsageError(_not_text(tx.records)) from None
             try:
                 fileio.append(fd, data)
             except OSError as exc:
