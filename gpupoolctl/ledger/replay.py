@@ -178,7 +178,7 @@ def read_ahead(loaded: Loaded, fd: int, observe: Observer | None = None) -> None
     if loaded.damaged:
         return
     st = os.fstat(fd)
-    if (st.st_dev, st.st_ino) != tuple(loaded.ident[:2]) or st.st_size <= loaded.scan.end:
+    if (st.st_dev, st.st_ino) != loaded.ident[:2] or st.st_size <= loaded.scan.end:
         return
     _scan_appended(loaded, fd, st.st_size, observe)
 

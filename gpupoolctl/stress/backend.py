@@ -46,6 +46,12 @@ def job_spec(work: Work, policy: str) -> JobSpec:
     )
 
 
+# Readings of a node's clock (or slurmctld's) this far on the wrong side of the
+# workstation's mean the clocks disagree: a start before its submit, an end after the poll
+# that saw it. Queue and reap times from such readings are left out or flagged.
+CLOCK_SKEW_S = 0.05
+
+
 @dataclass
 class Finished:
     ok: bool

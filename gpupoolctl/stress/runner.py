@@ -22,7 +22,7 @@ from time import perf_counter
 from typing import Any
 
 from gpupoolctl.errors import GpupoolError
-from gpupoolctl.stress.backend import Backend, Finished, SubmitRefused, Work
+from gpupoolctl.stress.backend import CLOCK_SKEW_S, Backend, Finished, SubmitRefused, Work
 from gpupoolctl.stress.clock import Clock, Joinable, WallClock
 from gpupoolctl.stress.model import LevelResult, RunResult, Sample, inferred_queue
 
@@ -45,9 +45,6 @@ REFUSED_BACKOFF_S = 0.05  # a refused submit is retried no faster than this (no 
 MAX_OPEN_WORKERS = 1024
 WAIT_SLICE_S = 0.5
 JOIN_MARGIN_S = 60.0
-# A start this much before its submit, or an end on the node this much after the backend
-# learned of it, means the node's clock and the workstation's disagree.
-CLOCK_SKEW_S = 0.05
 
 
 @dataclass(frozen=True)

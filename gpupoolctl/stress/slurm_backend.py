@@ -38,7 +38,7 @@ from gpupoolctl.slurm.client import SlurmClient
 from gpupoolctl.slurm.jobs import cluster_types
 from gpupoolctl.slurm.mapping import SbatchRequest, batch_script, sbatch_request
 from gpupoolctl.slurm.parse import SlurmJob
-from gpupoolctl.stress.backend import Finished, SubmitRefused, Ticket, Work
+from gpupoolctl.stress.backend import CLOCK_SKEW_S, Finished, SubmitRefused, Ticket, Work
 
 JOB_DIR_SETUP = (
     # Per node (the node's own temp folder) and per user, so peers are this node's jobs.
@@ -46,7 +46,6 @@ JOB_DIR_SETUP = (
     "export GPUPOOL_JOB_DIR",
 )
 CANCEL_BATCH = 200  # job ids per scancel call at close
-CLOCK_SKEW_S = 0.05  # an end this much after the poll that saw it: the clocks disagree
 
 
 def node_argv(argv: Sequence[str], python: str = sys.executable) -> list[str]:
