@@ -253,9 +253,10 @@ def test_a_team_job_no_partition_holds_today_waits_for_a_recut_of_its_teams_card
     alice = {"USER": "alice", "LOGNAME": "alice"}
     small = jobs_cli(
         "--pool-policy", str(policy), "submit", "--vendor", "amd", "--mem", "20G", "--",
-        PY, "-c", "import time; time.sleep(1)", extra_env=alice,
+        PY, "-c", "import time; time.sleep(30)", extra_env=alice,
     )  # fmt: skip
     assert small.code == 0, small.stderr
+    # Long enough that it is still running when cancelled, however slow the machine.
     assert reshapes(jobs_cli)[-1]["after"] == "8 cards x CPX/NPS4 (64 x 24 GiB)"
     assert jobs_cli("-q", "cancel", small.stdout.strip(), "--grace", "0").code == 0
 
