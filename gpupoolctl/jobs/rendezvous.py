@@ -38,7 +38,8 @@ def node_env(
     links between the sites the job spans), for workloads that model the WAN (train)."""
     port = str(rendezvous_port(job_id))
     count, rank = str(len(nodes)), str(index)
-    gpus = str(len(nodes[index].get("slices") or []))
+    per_node = [str(len(node.get("slices") or [])) for node in nodes]
+    gpus = per_node[index]
     # GPUPOOL_JOB_ID (the pool's id, the same on every try) and GPUPOOL_RUN come from
     # jobs.restarts; GPUPOOL_JOB_DIR (this run's folder on the node) from the agent.
     return {
@@ -46,6 +47,8 @@ def node_env(
         "GPUPOOL_NNODES": count,
         "GPUPOOL_NODES": ",".join(str(n["host"]) for n in nodes),
         "GPUPOOL_GPUS_ON_NODE": gpus,
+        # Every node's count, parallel to GPUPOOL_NODES: a global rank needs the ones before.
+        "GPUPOOL_GPUS_PER_NODE": ",".join(per_node),
         "GPUPOOL_MASTER_ADDR": address,
         "GPUPOOL_MASTER_PORT": port,
         "MASTER_ADDR": address,

@@ -44,6 +44,7 @@ def test_two_node_job_gets_ranks_and_one_rendezvous(cli) -> None:
     assert (zero["PET_NODE_RANK"], one["PET_NODE_RANK"]) == ("0", "1")
     assert zero["PET_NNODES"] == one["PET_NNODES"] == "2"
     assert (zero["PET_NPROC_PER_NODE"], one["PET_NPROC_PER_NODE"]) == ("8", "2")
+    assert zero["GPUPOOL_GPUS_PER_NODE"] == one["GPUPOOL_GPUS_PER_NODE"] == "8,2"
     # Local transport: the nodes are this machine, so they meet on loopback.
     assert zero["PET_MASTER_ADDR"] == one["PET_MASTER_ADDR"] == "127.0.0.1"
     assert zero["PET_MASTER_PORT"] == one["PET_MASTER_PORT"]

@@ -334,8 +334,45 @@ def _workload(node: Any, d: dict[str, Any], s: Survey, seconds: float) -> dict[s
             "problems": problems,
             "job": {k: job.get(k) for k in ("state", "exit_code", "stderr", "elapsed_s")},
         }
+        whole_uuids = [uuid for _, uuid, is_mig in targets if not is_mig]
+        if whole_uuids:
+            try:  # its own verdict: a fault here must not fail the matmul and probe checks
+                result["train"] = _train(node, whole_uuids)
+            except Exception as exc:
+                result["train"] = {
+                    "gpus": len(whole_uuids),
+                    "report": None,
+                    "problems": [f"the survey could not run it: {exc!r}"],
+                    "job": {"exit_code": None},
+                }
     s.save("workload.json", result)
     return result
+
+
+TRAIN_STEPS = 20
+
+
+def _train(node: Any, uuids: list[str]) -> dict[str, Any]:
+    """The `train` workload's PyTorch path, data-parallel over every whole GPU (NCCL)."""
+    argv = ["gpupoolctl-workload", "train", "--steps", str(TRAIN_STEPS), "--params", "1e7"]
+    job = node.agent.run_jobs(
+        [
+            {
+                "job_id": _job_id("train", 0),
+                "argv": argv,
+                "devices": {"vendor": "nvidia", "uuids": uuids},
+            }
+        ],
+        timeout=240,
+    )[0]
+    problems = [] if job["exit_code"] == 0 else [f"exit {job['exit_code']} ({job['state']})"]
+    return {
+        "gpus": len(uuids),
+        "argv": argv,
+        "report": nodeprobe.last_json_line(job["stdout"]),
+        "problems": problems,
+        "job": {k: job.get(k) for k in ("state", "exit_code", "stderr", "elapsed_s")},
+    }
 
 
 def _judge_nvidia(

@@ -146,6 +146,24 @@ def test_matmul_runs_at_a_plausible_rate(nvidia):
     assert not matmul["problems"], f"{matmul['problems']}; job: {matmul['job']}"
 
 
+def test_train_runs_data_parallel_over_every_whole_gpu(nvidia):
+    from tests.hardware.survey import TRAIN_STEPS
+
+    _no_error(nvidia, "workload")
+    train = nvidia["workload"].get("train")
+    if train is None:
+        pytest.skip("no whole GPU this suite may run work on")
+    if train["job"]["exit_code"] == 3:
+        pytest.skip(f"PyTorch is not usable on this node: {train['job']['stderr']}")
+    assert not train["problems"], f"{train['problems']}; job: {train['job']}"
+    report = train["report"]
+    assert report["workers"] == report["ranks"] == train["gpus"], report
+    assert report["backend"] == "nccl" and report["steps"] == TRAIN_STEPS, report
+    assert report["compute_s"] > 0 and report["samples"] > 0, report
+    # One rank has nothing to reduce; several name the link between them.
+    assert report["bound_by"] in ((None,) if train["gpus"] == 1 else ("nvlink", "pcie")), report
+
+
 def test_cuda_visible_devices_as_launch_sets_it_selects_that_gpu(nvidia):
     _no_error(nvidia, "workload")
     probes = nvidia["workload"]["probes"]

@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpupoolctl.agent.jobs.paths import write_json
 from gpupoolctl.agent.workloads import (
     EXIT_OK,
     EXIT_RENDEZVOUS,
@@ -52,6 +51,7 @@ from gpupoolctl.agent.workloads import (
     raise_stopped,
 )
 from gpupoolctl.agent.workloads import report as report_file
+from gpupoolctl.agent.workloads.train_checkpoint import Checkpoint
 
 MAX_STEPS = 1_000_000
 MAX_PARAMS = 1e13
@@ -64,7 +64,6 @@ DEFAULT_TOKENS = 512  # tokens per sample, for the default FLOPs per sample
 DEFAULT_CHECKPOINT_STEPS = 5
 DEFAULT_RENDEZVOUS_S = 60.0
 BYTES_PER_PARAM = 2  # bf16 gradients
-CHECKPOINT_FILE = "train.json"
 LINK_PEERS = ".link-peers"  # under the node's jobs root (per node) or above it (shared: WAN)
 PRUNE_EVERY_S = 1.0
 
@@ -423,41 +422,6 @@ def node_links(node: SimNode, shares: LinkShares, multi_node: bool) -> list[Link
 
 
 # -- checkpoints -------------------------------------------------------------------------------
-
-
-class Checkpoint:
-    """`<$GPUPOOL_CHECKPOINT_DIR>/train.json`: {"workload": "train", "steps", "params",
-    "step"}, written atomically (temp file, fsync, rename), as the sim workload's is; a try
-    resumes from `step` when the run asked for the same steps and model size."""
-
-    def __init__(self, folder: str) -> None:
-        self.path = Path(folder) / CHECKPOINT_FILE
-
-    @classmethod
-    def for_job(cls, env: Mapping[str, str]) -> Checkpoint | None:
-        folder = env.get("GPUPOOL_CHECKPOINT_DIR")
-        return cls(folder) if folder else None
-
-    def load(self, steps: int, params: float) -> tuple[int, str | None]:
-        try:
-            with open(self.path, encoding="utf-8") as handle:
-                saved = json.load(handle)
-        except FileNotFoundError:
-            return 0, None
-        except (OSError, ValueError) as exc:
-            return 0, f"cannot read the checkpoint {self.path}: {exc}; starting over"
-        if not isinstance(saved, dict):
-            return 0, f"{self.path} is not a train checkpoint; starting over"
-        step = saved.get("step")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            return 0, f"{self.path} holds no step; starting over"
-        if saved.get("steps") != steps or saved.get("params") != params:
-            return 0, f"{self.path} is for another run (steps/params differ); starting over"
-        return min(step, steps), None
-
-    def save(self, steps: int, params: float, step: int) -> None:
-        os.makedirs(self.path.parent, mode=0o700, exist_ok=True)
-        write_json(self.path, {"workload": "train", "steps": steps, "params": params, "step": step})
 
 
 # -- the nodes meet ----------------------------------------------------------------------------
