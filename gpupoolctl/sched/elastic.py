@@ -44,6 +44,7 @@ from gpupoolctl.sched.cards import (
     predicted_slices,
 )
 from gpupoolctl.sched.ids import natural
+from gpupoolctl.sched.pool import island_key
 from gpupoolctl.sched.request import JobRequest, host_matches, shape_matches
 
 if TYPE_CHECKING:
@@ -206,12 +207,18 @@ def could_ever_serve(
     """Whether some elastic card, re-cut, could hold one slice of the request: such work
     waits for a re-cut instead of being refused as never fitting. `where`: only cards whose
     slice fields (host, site, vendor, model) it accepts, such as a team's quota scopes.
-    With `slices` (the pool's), work that must stay on one node must also fit one node:
-    per host, the most each elastic card could give (re-cut, or as it is) and the matching
-    slices of its other GPUs (a 16-GPU same-node job on 8-GPU nodes never fits)."""
-    grouped = slices is not None and request.gpus > 1 and request.same_node
+    With `slices` (the pool's), work that must stay on one node (or island) must also fit
+    one: per host (island), the most each elastic card could give (re-cut, or as it is)
+    and the matching slices of its other GPUs (a 16-GPU same-node job on 8-GPU nodes, or
+    60 1g.10gb slices in one island of 8 H100s, never fits)."""
+    level = "island" if request.same_island else "host" if request.same_node else None
+    grouped = slices is not None and request.gpus > 1 and level is not None
+
+    def group_of(entry: Mapping[str, Any]) -> str:
+        return island_key(entry) if level == "island" else str(entry["host"])
+
     by_id = {str(e["id"]): e for e in slices} if grouped and slices is not None else {}
-    per_host: dict[str, int] = {}
+    per_group: dict[str, int] = {}
     elastic_ids: set[str] = set()
     reachable = False
     for card in inputs.cards.values():
@@ -230,16 +237,17 @@ def could_ever_serve(
             if host_matches(card.host, request):
                 current = [by_id[sid] for sid in card.slices if sid in by_id]
                 as_is = sum(1 for entry in current if shape_matches(entry, request))
-            per_host[card.host] = per_host.get(card.host, 0) + max(most, as_is)
+            group = group_of({**card.common, "host": card.host, "id": card.key})
+            per_group[group] = per_group.get(group, 0) + max(most, as_is)
     if not (reachable and grouped):
         return reachable
     for entry in by_id.values():  # the other GPUs' slices, as they are
-        host = str(entry["host"])
         if entry["id"] in elastic_ids or (where is not None and not where(entry)):
             continue
-        if shape_matches(entry, request) and host_matches(host, request):
-            per_host[host] = per_host.get(host, 0) + 1
-    return any(count >= request.gpus for count in per_host.values())
+        if shape_matches(entry, request) and host_matches(str(entry["host"]), request):
+            group = group_of(entry)
+            per_group[group] = per_group.get(group, 0) + 1
+    return any(count >= request.gpus for count in per_group.values())
 
 
 def _most(card: AnyCard, cut: str | None, request: JobRequest) -> int:

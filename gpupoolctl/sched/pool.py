@@ -122,7 +122,7 @@ class Skeleton:
                 shape = shapes[key] = Shape(len(self.shapes), key, entry, memory)
                 self.shapes.append(shape)
             gpu = _gpu_key(entry)
-            island = str(entry.get("island") or gpu)
+            island = island_key(entry)
             site = str(entry.get("site") or "")
             slot = Slot(sid, natural(sid), host, gpu, island, memory, shape, site)
             shape.members.append(slot)
@@ -491,7 +491,12 @@ class PoolView:
                     yield slot
 
 
-def _gpu_key(entry: dict[str, Any]) -> str:
+def island_key(entry: Mapping[str, Any]) -> str:
+    """The NVLink/xGMI island a slice is in; a GPU in none is an island of its own."""
+    return str(entry.get("island") or _gpu_key(entry))
+
+
+def _gpu_key(entry: Mapping[str, Any]) -> str:
     """Slices of one physical GPU share this; a slice that names no GPU is its own."""
     if entry.get("gpu") is not None:
         return f"{entry['host']}/gpu{entry['gpu']}"

@@ -272,6 +272,23 @@ def test_a_team_job_no_partition_holds_today_waits_for_a_recut_of_its_teams_card
     assert started["state"] == "running" and started["slice"].startswith(f"{mi300x}/")
 
 
+def test_same_island_work_no_island_could_hold_even_re_cut_is_refused_at_submit(
+    jobs_cli, tmp_path: Path
+) -> None:
+    """The DGX's island is 8 H100s; cut into 1g.10gb each gives 7: 56 slices in all. A
+    same-island job of 57 could never run, however the island is cut: refused at once
+    (exit 5, one line) instead of waiting for ever. 56 is queued for the re-cut."""
+    policy = write_policy(tmp_path, batch_window="1h")
+    base = ["-q", "--pool-policy", str(policy), "submit", "--same-island", "-l", DGX]
+    run = jobs_cli(*base, "--gpus", "57", "--mem", "10G", "--", "true")
+    assert run.code == 5, run.stderr
+    assert "never" in run.stderr and "same island" in run.stderr, run.stderr
+    assert run.stderr.count("\n") == 1, run.stderr
+    run = jobs_cli(*base, "--gpus", "56", "--mem", "10G", "--", "true")
+    assert run.code == 0, run.stderr
+    assert job(jobs_cli, run.stdout.strip(), policy)["state"] == "queued"
+
+
 def test_same_node_work_no_node_could_hold_even_re_cut_is_refused_at_submit(
     jobs_cli, tmp_path: Path
 ) -> None:

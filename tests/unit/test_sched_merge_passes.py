@@ -6,10 +6,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gpupoolctl.policy.model import ElasticPolicy, ElasticRule
 from gpupoolctl.sched import JobRequest, PoolView, QueueEntry, schedule_pass
 from gpupoolctl.sched.cards import cards_of
-from gpupoolctl.sched.elastic import ElasticInputs
+from gpupoolctl.sched.elastic import ElasticInputs, could_ever_serve
+from tests.property.test_elastic_properties import base_slices
 from tests.unit.test_sched_clearing import HOST, cut_node
 
 T0 = datetime(2025, 6, 1, 22, 0, tzinfo=UTC)
@@ -136,3 +140,16 @@ def whole_node() -> list[dict[str, Any]]:
     from tests.property.test_elastic_properties import base_slices
 
     return [dict(s) for s in base_slices() if s["host"] == HOST]
+
+
+@given(st.integers(2, 80))
+def test_same_island_work_could_ever_be_served_only_within_what_the_island_holds_re_cut(
+    gpus: int,
+) -> None:
+    # sg-dgx01's 8 H100s are one NVLink island: cut into 1g.10gb each holds 7, 56 in all.
+    # Whether the island starts cut or whole must not change what it could ever hold.
+    cut, whole = cut_node(), [dict(s) for s in base_slices() if s["host"] == HOST]
+    assert len({s["island"] for s in cut}) == len({s["island"] for s in whole}) == 1
+    request = JobRequest(gpus=gpus, memory_mib=9537, same_island=True)
+    for slices in (cut, whole):
+        assert could_ever_serve(request, inputs(slices, {}), slices=slices) == (gpus <= 56)
