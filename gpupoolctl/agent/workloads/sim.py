@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpupoolctl.agent.jobs.paths import write_json
 from gpupoolctl.agent.workloads import (
     EXIT_OK,
     EXIT_UNFINISHED,
@@ -44,6 +43,7 @@ from gpupoolctl.agent.workloads import (
     Stopped,
     raise_stopped,
 )
+from gpupoolctl.agent.workloads.checkpoint import CheckpointFile
 
 REFERENCE_GBPS = 3350.0  # H100 SXM5 (datasheet): rate 1.0
 MAX_WORK_S = 3600.0
@@ -448,28 +448,17 @@ def contend(
 # -- checkpoints: the work done, kept where every try of the job looks -----------------------
 
 
-class Checkpoint:
-    """`<$GPUPOOL_CHECKPOINT_DIR>/sim.json`: {"workload": "sim", "work", "progress"}, written
-    atomically (a temp file renamed over it), so a try killed at any moment leaves the last
-    whole one; the next try resumes from its progress."""
+class Checkpoint(CheckpointFile):
+    """`sim.json`: {"workload": "sim", "work", "progress"}; the next try resumes from its
+    progress when it asked for the same work."""
 
-    def __init__(self, folder: str) -> None:
-        self.path = Path(folder) / CHECKPOINT_FILE
-
-    @classmethod
-    def for_job(cls, env: Mapping[str, str]) -> Checkpoint | None:
-        folder = env.get("GPUPOOL_CHECKPOINT_DIR")
-        return cls(folder) if folder else None
+    name = CHECKPOINT_FILE
 
     def load(self, work: float) -> tuple[float, str | None]:
         """(work seconds done, None) or (0.0, why it starts from the beginning)."""
-        try:
-            with open(self.path, encoding="utf-8") as handle:
-                saved = json.load(handle)
-        except FileNotFoundError:
-            return 0.0, None
-        except (OSError, ValueError) as exc:
-            return 0.0, f"cannot read the checkpoint {self.path}: {exc}; starting over"
+        saved, note = self.read()
+        if saved is None:
+            return 0.0, note
         progress = saved.get("progress") if isinstance(saved, dict) else None
         if not _positive(progress) and progress != 0:
             return 0.0, f"{self.path} holds no progress; starting over"
@@ -478,8 +467,7 @@ class Checkpoint:
         return min(float(progress), work), None
 
     def save(self, work: float, progress: float) -> None:
-        os.makedirs(self.path.parent, mode=0o700, exist_ok=True)
-        write_json(self.path, {"workload": "sim", "work": work, "progress": progress})
+        self.write({"workload": "sim", "work": work, "progress": progress})
 
 
 def run(
