@@ -525,7 +525,7 @@ def test_the_hardware_suite_collects_without_workstation_dependencies():
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "23 tests collected" in done.stdout, done.stdout
+    assert "24 tests collected" in done.stdout, done.stdout
 
 
 def test_the_agent_meets_the_hidden_binding(tmp_path):
