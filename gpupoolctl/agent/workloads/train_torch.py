@@ -217,10 +217,14 @@ def run(options: Any, env: Mapping[str, str], out: TextIO, err: TextIO, why: str
         err.write(f"{exc}\n")
         return exc.code
     link = "nic" if plan.nnodes > 1 else intra_node_link(env)
-    with tempfile.TemporaryDirectory(prefix="gpupool-train-") as folder:
-        workers = _start_workers(options, env, plan, folder)
-        code = _wait(workers, err)
-        results = [_result(stdout) for _, stdout, _ in workers]
+    try:
+        with tempfile.TemporaryDirectory(prefix="gpupool-train-") as folder:
+            code, results = _supervise(options, env, plan, folder, err)
+    except Stopped as stopped:  # die of the signal, as the simulated path does
+        err.flush()
+        signal.signal(stopped.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), stopped.signum)
+        raise
     if code != EXIT_OK:
         return code
     if any(r is None for r in results):
@@ -260,11 +264,43 @@ def run(options: Any, env: Mapping[str, str], out: TextIO, err: TextIO, why: str
 Worker = tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes]]
 
 
-def _start_workers(
-    options: Any, env: Mapping[str, str], plan: NodePlan, folder: str
-) -> list[Worker]:
-    base = dict(env)
+def _supervise(
+    options: Any, env: Mapping[str, str], plan: NodePlan, folder: str, err: TextIO
+) -> tuple[int, list[dict[str, Any] | None]]:
+    """Start the node's workers and wait for them: (exit code, each worker's result). A
+    signal to this process, from the moment the first worker starts, goes to them all."""
     workers: list[Worker] = []
+    stopped: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        stopped.append(signum)
+        for process, _, _ in workers:
+            with contextlib.suppress(OSError):
+                process.send_signal(signum)
+
+    previous = {}
+    with contextlib.suppress(ValueError):  # not the main thread: no handlers
+        for signum in _SIGNALS:
+            previous[signum] = signal.signal(signum, forward)
+    try:
+        _start_workers(options, env, plan, folder, workers)
+        code = _wait(workers, err)
+        if stopped:
+            raise Stopped(stopped[0])
+        return code, [_result(stdout) for _, stdout, _ in workers]
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for _, stdout, stderr in workers:
+            stdout.close()
+            stderr.close()
+
+
+def _start_workers(
+    options: Any, env: Mapping[str, str], plan: NodePlan, folder: str, workers: list[Worker]
+) -> None:
+    """One worker per entry of `plan.devices`, appended to `workers` as each starts."""
+    base = dict(env)
     for local, (visibility, device) in enumerate(plan.devices):
         orders = {
             "rank": plan.first_rank + local,
@@ -289,47 +325,25 @@ def _start_workers(
             stderr=stderr,
         )  # fmt: skip
         workers.append((process, stdout, stderr))
-    return workers
 
 
 def _wait(workers: list[Worker], err: TextIO) -> int:
     """Wait for every worker; the first to fail stops the rest (they would wait for it in
-    their next all-reduce until the time-out). A signal to this process goes to them too.
-    Returns the first failure's exit code, with its stderr, or EXIT_OK."""
-    stopped: list[int] = []
-
-    def forward(signum: int, _frame: object) -> None:
-        stopped.append(signum)
-        for process, _, _ in workers:
-            with contextlib.suppress(OSError):
-                process.send_signal(signum)
-
-    previous = {}
-    with contextlib.suppress(ValueError):  # not the main thread: no handlers
-        for signum in _SIGNALS:
-            previous[signum] = signal.signal(signum, forward)
-    try:
-        failed: Worker | None = None
-        while failed is None and any(p.poll() is None for p, _, _ in workers):
-            failed = next((w for w in workers if w[0].returncode not in (None, 0)), None)
-            if failed is None:
-                time.sleep(_POLL_S)
+    their next all-reduce until the time-out). Returns the first failure's exit code, with
+    its stderr, or EXIT_OK."""
+    failed: Worker | None = None
+    while failed is None and any(p.poll() is None for p, _, _ in workers):
+        failed = next((w for w in workers if w[0].returncode not in (None, 0)), None)
         if failed is None:
-            failed = next((w for w in workers if w[0].returncode != 0), None)
-        if failed is None:
-            return EXIT_OK
-        _stop(workers)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            time.sleep(_POLL_S)
+    if failed is None:
+        failed = next((w for w in workers if w[0].returncode != 0), None)
+    if failed is None:
+        return EXIT_OK
+    _stop(workers)
     process, _, stderr = failed
     stderr.seek(0)
     err.write(stderr.read().decode("utf-8", "replace"))
-    if stopped:  # die of the signal, as the simulated path does
-        err.flush()
-        signal.signal(stopped[0], signal.SIG_DFL)
-        os.kill(os.getpid(), stopped[0])
-        raise Stopped(stopped[0])
     code = process.returncode
     return code if code > 0 else 128 - code
 
