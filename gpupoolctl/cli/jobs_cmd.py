@@ -576,12 +576,13 @@ def jobs_list(
     ledger = open_ledger(settings)
     if _listed_from_ledger(settings, ledger, everything=everything):
         return
-    from gpupoolctl.jobs.control import listing, refresh, waiting_reasons
+    from gpupoolctl.jobs.control import refresh, waiting_reasons
+    from gpupoolctl.jobs.listing import recent
 
     jobs = open_jobs(settings, ledger=ledger)  # it reads only what was appended since
     if not no_refresh:
         refresh(jobs)
-    records = listing(jobs, everything=everything)
+    records = recent(jobs.read().state, everything=everything)
     waiting = waiting_reasons(jobs) if any(j.get("state") == "queued" for j in records) else {}
     rows = _rows(records, waiting)
     emit(settings, data=rows, rows=rows, columns=JOB_COLUMNS, csv_columns=JOB_CSV_COLUMNS)

@@ -10,7 +10,6 @@ from typing import Any
 from gpupoolctl.errors import ExitCode, UsageError
 from gpupoolctl.jobs import reaping, scheduling, stopping, teams
 from gpupoolctl.jobs.errors import JobError, NoSuchJob
-from gpupoolctl.jobs.listing import RECENT_S, recent
 from gpupoolctl.jobs.service import JobsCore, Outcome, find, queued_entries
 from gpupoolctl.ledger import Transaction
 from gpupoolctl.policy.ownership import NotOwner, as_admin, refusal
@@ -183,12 +182,6 @@ def logs(
     args = {"stream": stream, "offset": offset, "max_bytes": max_bytes}
     where, data = _read_logs(jobs, job_id, args, host)
     return {**data, "host": where, "job": job_id}
-
-
-def listing(jobs: JobsCore, *, everything: bool = False, recent_s: float = RECENT_S) -> list[dict]:
-    """Active jobs, and those that ended within `recent_s` (all since the last compaction
-    with `everything`), oldest first."""
-    return recent(jobs.read().state, everything=everything, recent_s=recent_s)
 
 
 def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
