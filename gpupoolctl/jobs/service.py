@@ -26,7 +26,7 @@ from gpupoolctl.sched.names import check_names
 
 if TYPE_CHECKING:
     from gpupoolctl.policy import PoolPolicy
-    from gpupoolctl.sched.elastic import ElasticInputs, InHosts, Recut
+    from gpupoolctl.sched.elastic import ElasticInputs, InHosts, Recut, RecutReach
     from gpupoolctl.sched.shares import ShareInputs
 
 # Agent errors that prove a launch did not happen (anything else: ask the node).
@@ -184,12 +184,18 @@ class JobsCore:
     def recut_could_serve(self, state: State, request: JobRequest, now: str) -> bool:
         """Whether an elastic re-cut of some card of the whole pool could hold the request
         (then it waits, whatever hosts this pass may use)."""
-        from gpupoolctl.sched.elastic import could_ever_serve
+        reach = self.recut_reach(state, request, now)
+        return reach is not None and reach.serves(request)
+
+    def recut_reach(self, state: State, request: JobRequest, now: str) -> RecutReach | None:
+        """What elastic re-cuts of the whole pool's cards could give the request; None
+        without an elastic policy."""
+        from gpupoolctl.sched.elastic import recut_reach
 
         inputs = self.elastic_inputs(state, now, everywhere=True)
-        return inputs is not None and could_ever_serve(
-            request, inputs, slices=state.slices.values()
-        )
+        if inputs is None:
+            return None
+        return recut_reach(request, inputs, slices=state.slices.values())
 
     def ensure_slices(self, *, record: bool = True) -> None:
         """Slices of the chosen hosts from their facts, when the ledger knows none yet

@@ -22,13 +22,13 @@ def submit(jobs: JobsCore, spec: JobSpec) -> Outcome:
 
     def build(tx: Transaction) -> str:
         result = jobs.place(tx.state, spec.request, tx.now, spec.policy)
-        if (
-            isinstance(result, NoFit)
-            and result.never
-            and not jobs.recut_could_serve(tx.state, spec.request, tx.now)
-        ):
-            check_names(spec.request, tx.state.slices.values())
-            raise NeverFits(f"the pool can never satisfy this request: {result.reason}")
+        if isinstance(result, NoFit) and result.never:
+            reach = jobs.recut_reach(tx.state, spec.request, tx.now)
+            if reach is None or not reach.serves(spec.request):
+                check_names(spec.request, tx.state.slices.values())
+                told = "" if reach is None else reach.why(spec.request)
+                reason = f"{result.reason}; {told}" if told else result.reason
+                raise NeverFits(f"the pool can never satisfy this request: {reason}")
         job_id = f"j-{tx.next_seq}"
         job = {"id": job_id, "owner": jobs.owner, "run": 0, **spec.record()}
         if spec.checkpoint_dir is not None:  # the same folder on every try of this job

@@ -198,6 +198,33 @@ def wants_whole(card: AnyCard, rule: ElasticRule, request: JobRequest) -> bool:
     return smallest_profile(card, rule, request) is None
 
 
+@dataclass(frozen=True)
+class RecutReach:
+    """What re-cutting elastic cards could give a request. `reachable`: some card, re-cut
+    (or made whole), could hold one slice of it. For work that must stay on one node or
+    island (`level` "host" or "island"), `most` is the most slices one such group could
+    hold, each elastic card re-cut or as it is, and `group` names it."""
+
+    reachable: bool
+    level: str | None = None
+    group: str = ""
+    most: int = 0
+
+    def serves(self, request: JobRequest) -> bool:
+        return self.reachable and (self.level is None or self.most >= request.gpus)
+
+    def why(self, request: JobRequest) -> str:
+        """What to add to a placement's reason: that a re-cut could hold the request (then
+        it waits), or, for work kept to one node or island, the most a re-cut could give
+        ("" when no card could hold any of it)."""
+        if not self.reachable:
+            return ""
+        if self.level is None:
+            return "an idle card re-cut could hold it"
+        most = f"the most on one {self.level.replace('host', 'node')}: {self.most} on {self.group}"
+        return f"re-cut, {most}" if self.serves(request) else f"nor re-cut ({most})"
+
+
 def could_ever_serve(
     request: JobRequest,
     inputs: ElasticInputs,
@@ -205,12 +232,22 @@ def could_ever_serve(
     slices: Iterable[Mapping[str, Any]] | None = None,
 ) -> bool:
     """Whether some elastic card, re-cut, could hold one slice of the request: such work
-    waits for a re-cut instead of being refused as never fitting. `where`: only cards whose
-    slice fields (host, site, vendor, model) it accepts, such as a team's quota scopes.
-    With `slices` (the pool's), work that must stay on one node (or island) must also fit
-    one: per host (island), the most each elastic card could give (re-cut, or as it is)
-    and the matching slices of its other GPUs (a 16-GPU same-node job on 8-GPU nodes, or
-    60 1g.10gb slices in one island of 8 H100s, never fits)."""
+    waits for a re-cut instead of being refused as never fitting (see recut_reach)."""
+    return recut_reach(request, inputs, where, slices).serves(request)
+
+
+def recut_reach(
+    request: JobRequest,
+    inputs: ElasticInputs,
+    where: Callable[[Mapping[str, Any]], bool] | None = None,
+    slices: Iterable[Mapping[str, Any]] | None = None,
+) -> RecutReach:
+    """What re-cuts could give the request. `where`: only cards whose slice fields (host,
+    site, vendor, model) it accepts, such as a team's quota scopes. With `slices` (the
+    pool's), work that must stay on one node (or island) must also fit one: per host
+    (island), the most each elastic card could give (re-cut, or as it is) and the matching
+    slices of its other GPUs (a 16-GPU same-node job on 8-GPU nodes, or 60 1g.10gb slices
+    in one island of 8 H100s, never fits)."""
     level = "island" if request.same_island else "host" if request.same_node else None
     grouped = slices is not None and request.gpus > 1 and level is not None
 
@@ -240,14 +277,15 @@ def could_ever_serve(
             group = group_of({**card.common, "host": card.host, "id": card.key})
             per_group[group] = per_group.get(group, 0) + max(most, as_is)
     if not (reachable and grouped):
-        return reachable
+        return RecutReach(reachable)
     for entry in by_id.values():  # the other GPUs' slices, as they are
         if entry["id"] in elastic_ids or (where is not None and not where(entry)):
             continue
         if shape_matches(entry, request) and host_matches(str(entry["host"]), request):
             group = group_of(entry)
             per_group[group] = per_group.get(group, 0) + 1
-    return any(count >= request.gpus for count in per_group.values())
+    best = min(per_group, key=lambda g: (-per_group[g], natural(g)))
+    return RecutReach(True, level, best, per_group[best])
 
 
 def _most(card: AnyCard, cut: str | None, request: JobRequest) -> int:
@@ -669,11 +707,13 @@ __all__ = [
     "WHOLE",
     "ElasticInputs",
     "Recut",
+    "RecutReach",
     "candidates",
     "could_ever_serve",
     "glob_hosts",
     "hidden_for",
     "plan_recuts",
+    "recut_reach",
     "smallest_profile",
     "wants_whole",
 ]

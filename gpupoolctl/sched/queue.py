@@ -411,8 +411,9 @@ def _place(
     if isinstance(outcome, NoFit):
         if hidden:
             return NoFit(f"{outcome.reason}; an idle whole card is kept to be cut", never=False)
-        if outcome.never and elastic_rules.could_ever_serve(
-            request, elastic, slices=pool.slices.values()
-        ):
-            return NoFit(f"{outcome.reason}; an idle card re-cut could hold it", never=False)
+        if outcome.never:
+            reach = elastic_rules.recut_reach(request, elastic, slices=pool.slices.values())
+            told = reach.why(request)
+            if told:
+                return NoFit(f"{outcome.reason}; {told}", never=not reach.serves(request))
     return outcome

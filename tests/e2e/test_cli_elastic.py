@@ -283,6 +283,8 @@ def test_same_island_work_no_island_could_hold_even_re_cut_is_refused_at_submit(
     run = jobs_cli(*base, "--gpus", "57", "--mem", "10G", "--", "true")
     assert run.code == 5, run.stderr
     assert "never" in run.stderr and "same island" in run.stderr, run.stderr
+    # The most a re-cut could give, not only the 8 whole cards there are now.
+    assert f"nor re-cut (the most on one island: 56 on {DGX}/island0)" in run.stderr
     assert run.stderr.count("\n") == 1, run.stderr
     run = jobs_cli(*base, "--gpus", "56", "--mem", "10G", "--", "true")
     assert run.code == 0, run.stderr

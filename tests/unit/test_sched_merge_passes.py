@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from gpupoolctl.policy.model import ElasticPolicy, ElasticRule
 from gpupoolctl.sched import JobRequest, PoolView, QueueEntry, schedule_pass
 from gpupoolctl.sched.cards import cards_of
-from gpupoolctl.sched.elastic import ElasticInputs, could_ever_serve
+from gpupoolctl.sched.elastic import ElasticInputs, could_ever_serve, recut_reach
 from tests.property.test_elastic_properties import base_slices
 from tests.unit.test_sched_clearing import HOST, cut_node
 
@@ -153,3 +153,24 @@ def test_same_island_work_could_ever_be_served_only_within_what_the_island_holds
     request = JobRequest(gpus=gpus, memory_mib=9537, same_island=True)
     for slices in (cut, whole):
         assert could_ever_serve(request, inputs(slices, {}), slices=slices) == (gpus <= 56)
+        reach = recut_reach(request, inputs(slices, {}), slices=slices)
+        assert (reach.level, reach.most, reach.group) == ("island", 56, f"{HOST}/island0")
+
+
+def test_the_reason_says_what_a_re_cut_could_give_work_kept_to_one_island() -> None:
+    """A refusal quotes the most a re-cut could give one island, not only the pool as it is
+    (8 whole cards), and work that fits re-cut says where it waits to go."""
+    slices = whole_node()
+    too_big = JobRequest(gpus=57, memory_mib=9537, same_island=True)
+    fits = JobRequest(gpus=9, memory_mib=9537, same_island=True)
+    never = recut_reach(too_big, inputs(slices, {}), slices=slices)
+    waits = recut_reach(fits, inputs(slices, {}), slices=slices)
+    assert not never.serves(too_big) and waits.serves(fits)
+    assert never.why(too_big) == f"nor re-cut (the most on one island: 56 on {HOST}/island0)"
+    assert waits.why(fits) == f"re-cut, the most on one island: 56 on {HOST}/island0"
+    anywhere = JobRequest(gpus=2, memory_mib=9537)
+    assert recut_reach(anywhere, inputs(slices, {})).why(anywhere) == (
+        "an idle card re-cut could hold it"
+    )
+    none = JobRequest(gpus=1, memory_mib=200 * 1024)  # more than any H100 holds
+    assert recut_reach(none, inputs(slices, {})).why(none) == ""
