@@ -97,7 +97,15 @@ class Totals:
     held_mib: int = 0
     running: int = 0
     queued: int = 0
-    down: int = 0  # GPUs lost, failed or drained
+    down: int = 0  # GPUs out of use: lost + failed + drained
+    lost: int = 0  # on a node declared lost
+    failed: int = 0  # failed a health check or a re-cut
+    drained: int = 0  # taken out by a person (maintenance)
+
+    def down_text(self) -> str:
+        """ "2 failed, 8 drained": what is out of use and why ("" when nothing is)."""
+        parts = [(self.lost, "lost"), (self.failed, "failed"), (self.drained, "drained")]
+        return ", ".join(f"{count} {word}" for count, word in parts if count)
 
 
 @dataclass(frozen=True)
@@ -182,7 +190,9 @@ class _CachedNode:
     counts: tuple[int, ...]  # its share of Totals, in _COUNTED order
 
 
-_COUNTED = ("gpus", "slices", "free", "held", "memory_mib", "held_mib", "down")
+_COUNTED = (
+    "gpus", "slices", "free", "held", "memory_mib", "held_mib", "down", "lost", "failed", "drained"
+)  # fmt: skip
 
 
 class FrameBuilder:
@@ -331,6 +341,9 @@ def _cache(state: State, row: NodeRow, entries: list[dict[str, Any]], facts: Any
         sum(g.memory_mib for g in row.gpus),
         sum(g.held_mib for g in row.gpus),
         sum(g.state in ("lost", "failed", "drained") for g in row.gpus),
+        sum(g.state == "lost" for g in row.gpus),
+        sum(g.state == "failed" for g in row.gpus),
+        sum(g.state == "drained" for g in row.gpus),
     )
     return _CachedNode(
         row,

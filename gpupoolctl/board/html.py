@@ -39,6 +39,7 @@ th{border-bottom:1px solid #aaa}.num{text-align:right}
 def frame_page(frame: Frame, *, title: str = "gpupoolctl pool") -> str:
     t = frame.totals
     held = t.held_mib / t.memory_mib if t.memory_mib else None
+    down = f" ({t.down_text()})" if t.down else ""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -47,7 +48,7 @@ def frame_page(frame: Frame, *, title: str = "gpupoolctl pool") -> str:
         f'<p class="muted">as of {escape(frame.now)}, ledger record {frame.seq}</p>',
         "<p>"
         + escape(
-            f"{t.nodes} nodes, {t.gpus} GPUs ({t.down} down), {t.slices} slices: {t.held} held, "
+            f"{t.nodes} nodes, {t.gpus} GPUs{down}, {t.slices} slices: {t.held} held, "
             f"{t.free} free; {gib(t.held_mib)} of {gib(t.memory_mib)} GiB held "
             f"({percent(held)}); {t.running} running, {t.queued} queued"
         )

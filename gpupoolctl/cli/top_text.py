@@ -34,7 +34,7 @@ def header_lines(frame: Frame) -> list[str]:
         first += f"  filter: {frame.filter} ({frame.hidden_nodes} node(s) hidden)"
     if frame.facts_age_s is not None:
         first += f"  facts {age(frame.facts_age_s)} old"
-    down = f" ({t.down} down)" if t.down else ""
+    down = f" ({t.down_text()})" if t.down else ""
     second = (
         f"{t.nodes} nodes, {t.gpus} GPUs{down}, {t.slices} slices: {t.held} held, "
         f"{t.free} free; {gib(t.held_mib)} of {gib(t.memory_mib)} GiB held ({percent(held)}); "

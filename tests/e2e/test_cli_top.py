@@ -52,6 +52,7 @@ def check_text(cli, small: str, big: str) -> None:
     held = [s for n in pool["nodes"] for s in n["slices"] if s["state"] == "held"]
     assert len(held) == 1 and f"{held[0]['host']}" in text
     assert f"{DRAINED}  drained: PSU swap" in text
+    assert "GPUs (4 drained)," in text  # the L40S node's four: drained, not failed
     running = text.split("RUNNING (1)")[1].split("QUEUE")[0]
     assert small in running and held[0]["slice"] in running
     queue = text.split("QUEUE (1, head)")[1].split("EVENTS")[0]
@@ -81,6 +82,7 @@ def check_json(cli, small: str, big: str) -> None:
     assert [j["id"] for j in frame["jobs"]] == [small]
     assert [q["id"] for q in frame["queue"]] == [big]
     assert frame["totals"]["queued"] == 1 and frame["totals"]["down"] == 4
+    assert (frame["totals"]["failed"], frame["totals"]["drained"]) == (0, 4)
     assert {s["site"] for s in frame["sites"]} == {"dubai", "singapore"}
 
 
@@ -115,6 +117,7 @@ def check_page(cli, small: str, _big: str, tmp_path) -> None:
     }
     assert page.external == []
     assert small in out.read_text()
+    assert "GPUs (4 drained)," in out.read_text()
     # A folder that is not there: one line naming it, exit 1, nothing half-written.
     bad = cli("-q", "pool", "--no-refresh", "--html", str(tmp_path / "nope" / "p.html"))
     assert bad.code == 1 and bad.stderr.count("\n") == 1 and "nope" in bad.stderr

@@ -124,6 +124,9 @@ def test_every_gpu_is_drawn_as_its_slices_with_holder_and_state(world) -> None:
     assert frame.gpu("dxb-b/gpu1").reason == "fans"
     t = frame.totals
     assert (t.nodes, t.gpus, t.slices, t.held, t.free, t.down) == (2, 5, 6, 2, 2, 2)
+    # A GPU that failed its health check needs a look; one drained by a person does not.
+    assert (t.lost, t.failed, t.drained) == (0, 1, 1)
+    assert t.down_text() == "1 failed, 1 drained"
     assert t.held_mib == 81920 + 9984
     assert [j.id for j in frame.jobs] == ["j-1"] and frame.jobs[0].team == "search"
 
