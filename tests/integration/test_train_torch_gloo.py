@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from gpupoolctl.agent.workloads import EXIT_OK, EXIT_RENDEZVOUS
+from gpupoolctl.agent.workloads import (
+    EXIT_OK,
+    EXIT_RENDEZVOUS,
+    EXIT_UNFINISHED,
+    EXIT_UNSUPPORTED,
+    train_torch,
+)
 
 pytest.importorskip("torch")
 
@@ -86,6 +92,35 @@ def test_two_nodes_meet_with_global_ranks_from_the_placement(tmp_path: Path) -> 
     assert first["samples"] == second["samples"] == 3 * 4 * 3  # steps x batch x ranks
     assert first["bound_by"] == second["bound_by"] == "nic"
     assert first["comm_links"] == {"nic": first["comm_s"]}
+
+
+def test_a_model_too_big_for_the_memory_is_refused_in_one_line_before_the_rendezvous(
+    tmp_path: Path,
+) -> None:
+    # 1e13 parameters (the most --params takes): ~100 TiB in fp32, on any machine. Refused before the workers meet, so the
+    # peer that never comes (node 1) is not waited for.
+    env = _node_env(tmp_path, 0, [2, 1], _free_port())
+    began = time.monotonic()
+    code, summary, err = _finish(_start(env, "--params", "1e13", "--rendezvous-timeout", "60"))
+    assert code == EXIT_UNSUPPORTED and summary is None, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("train: --params 1e+13 needs ~") and "GiB free" in err, err
+    assert time.monotonic() - began < 50
+
+
+def test_a_rank_that_fails_mid_run_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    orders = {
+        "rank": 0, "world": 1, "device": 0, "address": "127.0.0.1", "port": _free_port(),
+        "params": 2e4, "batch": 2, "steps": "four", "timeout": 30, "checkpoint_every": 1,
+    }  # fmt: skip
+    monkeypatch.setenv(train_torch.WORKER_ENV, json.dumps(orders))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("GPUPOOL_JOB_DIR", str(tmp_path))
+    assert train_torch.worker() == EXIT_UNFINISHED
+    err = capsys.readouterr().err
+    assert err.startswith("train: rank 0 of 1 failed: ValueError: ") and err.count("\n") == 1
 
 
 def test_a_peer_that_never_comes_is_exit_4_within_the_rendezvous_time(tmp_path: Path) -> None:

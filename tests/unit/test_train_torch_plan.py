@@ -119,3 +119,28 @@ def test_mig_instances_or_one_gpu_leave_the_link_unknown(sim_node: Any) -> None:
     assert tt.intra_node_link({"CUDA_VISIBLE_DEVICES": "MIG-a,MIG-b"}) is None
     assert tt.intra_node_link({"CUDA_VISIBLE_DEVICES": "GPU-x"}) is None
     assert tt.intra_node_link({"CUDA_VISIBLE_DEVICES": "GPU-x,GPU-y"}) is None  # not here
+
+
+@given(st.floats(1e6, 1e12), st.integers(1, 64))
+def test_a_models_memory_is_three_copies_of_its_parameters_and_the_batch(
+    params: float, batch: int
+) -> None:
+    # Weights, gradients and their flattened copy; the two square layers hold ~params.
+    width = tt.model_width(params)
+    weights = 2 * (width * width + width)
+    assert 0.99 * params <= weights <= 1.01 * params
+    for element in (2, 4):
+        assert tt.model_bytes(params, batch, element) == element * (
+            3 * weights + 4 * batch * width
+        )
+
+
+def test_a_model_too_big_for_its_device_is_one_line_naming_what_it_needs() -> None:
+    need = tt.model_bytes(2e10, 32, 2)  # ~112 GiB in bf16: more than an 80 GB H100
+    free = 79 * 2**30
+    refused = tt.too_big(need, free, "cuda:0", 2e10)
+    assert refused is not None and "\n" not in refused
+    assert refused.startswith("train: --params 2e+10 needs ~111.8 GiB per worker on cuda:0")
+    assert "which has 79.0 GiB free" in refused
+    assert tt.too_big(need, need, "cuda:0", 2e10) is None  # just fits
+    assert tt.too_big(need, None, "cuda:0", 2e10) is None  # unknown: let it try

@@ -42,6 +42,7 @@ from typing import IO, Any, TextIO
 from gpupoolctl.agent.workloads import (
     EXIT_OK,
     EXIT_RENDEZVOUS,
+    EXIT_UNFINISHED,
     EXIT_UNSUPPORTED,
     Stopped,
     raise_stopped,
@@ -310,6 +311,7 @@ def _start_workers(
             "port": int(env.get("GPUPOOL_MASTER_PORT") or 29500),
             "params": options.params,
             "batch": options.batch,
+            "local": len(plan.devices),
             "steps": options.steps,
             "timeout": options.rendezvous_timeout,
             "checkpoint_every": options.checkpoint_every,
@@ -374,6 +376,45 @@ def _result(stdout: IO[bytes]) -> dict[str, Any] | None:
 # -- one worker: one rank ----------------------------------------------------------------------
 
 
+def model_width(params: float) -> int:
+    """The synthetic model is two square layers of this width: ~`params` parameters."""
+    return max(8, int((params / 2) ** 0.5))
+
+
+def model_bytes(params: float, batch: int, element_bytes: int) -> int:
+    """What one worker holds at its peak: the weights, their gradients and the flattened
+    copy all-reduced in place (3 x the parameters), and the batch's input and activations
+    (~4 x batch x width)."""
+    width = model_width(params)
+    weights = 2 * (width * width + width)
+    return element_bytes * (3 * weights + 4 * batch * width)
+
+
+def too_big(need: int, free: int | None, where: str, params: float) -> str | None:
+    """The one-line refusal when the model cannot fit in `free` bytes (None: unknown)."""
+    if free is None or need <= free:
+        return None
+    return (
+        f"train: --params {params:g} needs ~{need / 2**30:.1f} GiB per worker on {where}, "
+        f"which has {free / 2**30:.1f} GiB free; use a smaller --params (or --batch)"
+    )
+
+
+def _free_bytes(torch: Any, on_gpu: bool, device: int, local_workers: int) -> int | None:
+    """Memory this worker may fill: its GPU's free memory, or on the CPU its share of the
+    node's available memory (each of the node's workers holds its own model)."""
+    try:
+        if on_gpu:
+            return int(torch.cuda.mem_get_info(device)[0])
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // max(1, local_workers)
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return None
+
+
 def worker() -> int:
     """One rank's training, on the orders in $GPUPOOL_TRAIN_WORKER; prints one JSON line."""
     orders = json.loads(os.environ[WORKER_ENV])
@@ -388,6 +429,16 @@ def worker() -> int:
     if on_gpu:
         torch.cuda.set_device(int(orders["device"]))
     device = torch.device("cuda", int(orders["device"])) if on_gpu else torch.device("cpu")
+    # Before meeting the others: a model that cannot fit is one line, not an OOM traceback.
+    refused = too_big(
+        model_bytes(float(orders["params"]), int(orders["batch"]), 2 if on_gpu else 4),
+        _free_bytes(torch, on_gpu, int(orders["device"]), int(orders.get("local", 1))),
+        str(device),
+        float(orders["params"]),
+    )
+    if refused:
+        sys.stderr.write(refused + "\n")
+        return EXIT_UNSUPPORTED
     checkpoint = Checkpoint.for_job(os.environ) if rank == 0 else None
     try:
         dist.init_process_group(
@@ -412,6 +463,10 @@ def worker() -> int:
         signal.signal(stopped.signum, signal.SIG_DFL)
         os.kill(os.getpid(), stopped.signum)
         raise
+    except Exception as exc:  # out of memory despite the estimate, a peer gone: one line
+        first = (str(exc).strip().splitlines() or [""])[0]
+        sys.stderr.write(f"train: rank {rank} of {world} failed: {type(exc).__name__}: {first}\n")
+        return EXIT_UNFINISHED
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
@@ -438,7 +493,7 @@ def _train(
         start[0] = step
     dist.broadcast(start, src=0)  # every rank resumes where rank 0's checkpoint says
     first = int(start.item())
-    width = max(8, int((params / 2) ** 0.5))  # two square layers ~ params
+    width = model_width(params)
     dtype = torch.bfloat16 if on_gpu else torch.float32
     model = torch.nn.Sequential(
         torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width)
