@@ -97,8 +97,8 @@ def test_two_nodes_meet_with_global_ranks_from_the_placement(tmp_path: Path) -> 
 def test_a_model_too_big_for_the_memory_is_refused_in_one_line_before_the_rendezvous(
     tmp_path: Path,
 ) -> None:
-    # 1e13 parameters (the most --params takes): ~100 TiB in fp32, on any machine. Refused before the workers meet, so the
-    # peer that never comes (node 1) is not waited for.
+    # 1e13 parameters (the most --params takes): ~100 TiB in fp32, on any machine. Refused
+    # before the workers meet, so the peer that never comes (node 1) is not waited for.
     env = _node_env(tmp_path, 0, [2, 1], _free_port())
     began = time.monotonic()
     code, summary, err = _finish(_start(env, "--params", "1e13", "--rendezvous-timeout", "60"))

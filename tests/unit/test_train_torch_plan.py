@@ -130,9 +130,7 @@ def test_a_models_memory_is_three_copies_of_its_parameters_and_the_batch(
     weights = 2 * (width * width + width)
     assert 0.99 * params <= weights <= 1.01 * params
     for element in (2, 4):
-        assert tt.model_bytes(params, batch, element) == element * (
-            3 * weights + 4 * batch * width
-        )
+        assert tt.model_bytes(params, batch, element) == element * (3 * weights + 4 * batch * width)
 
 
 def test_a_model_too_big_for_its_device_is_one_line_naming_what_it_needs() -> None:
