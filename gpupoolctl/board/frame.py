@@ -180,6 +180,10 @@ class Touched:
     slices: bool = False  # a `slices` record: hosts or cards may have come or gone
 
 
+# GPU states that take a GPU out of use, counted apart in Totals (their sum is `down`).
+_OUT_OF_USE = ("lost", "failed", "drained")
+
+
 @dataclass
 class _CachedNode:
     row: NodeRow
@@ -190,9 +194,7 @@ class _CachedNode:
     counts: tuple[int, ...]  # its share of Totals, in _COUNTED order
 
 
-_COUNTED = (
-    "gpus", "slices", "free", "held", "memory_mib", "held_mib", "down", "lost", "failed", "drained"
-)  # fmt: skip
+_COUNTED = ("gpus", "slices", "free", "held", "memory_mib", "held_mib", *_OUT_OF_USE)
 
 
 class FrameBuilder:
@@ -277,7 +279,13 @@ class FrameBuilder:
             queue=queue[:queue_head],
             events=tuple(shown_events[-event_count:]),
             utilization=tuple(utilization),
-            totals=Totals(nodes=nodes, running=len(jobs), queued=len(queue), **counted),
+            totals=Totals(
+                nodes=nodes,
+                running=len(jobs),
+                queued=len(queue),
+                down=sum(counted[name] for name in _OUT_OF_USE),
+                **counted,
+            ),
             filter=chosen.text,
             hidden_nodes=hidden,
             facts_age_s=facts_age_s,
@@ -340,10 +348,7 @@ def _cache(state: State, row: NodeRow, entries: list[dict[str, Any]], facts: Any
         sum(s.state == "held" for s in cells),
         sum(g.memory_mib for g in row.gpus),
         sum(g.held_mib for g in row.gpus),
-        sum(g.state in ("lost", "failed", "drained") for g in row.gpus),
-        sum(g.state == "lost" for g in row.gpus),
-        sum(g.state == "failed" for g in row.gpus),
-        sum(g.state == "drained" for g in row.gpus),
+        *(sum(g.state == state_name for g in row.gpus) for state_name in _OUT_OF_USE),
     )
     return _CachedNode(
         row,

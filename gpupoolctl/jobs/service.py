@@ -163,8 +163,10 @@ class JobsCore:
         no elastic re-cut of one of its cards could ever hold the request: only then may a
         queued job be failed for it."""
         result = place(request, PoolView.from_state(state, now), policy)
-        never = isinstance(result, NoFit) and result.never
-        return never and not self.recut_could_serve(state, request, now)
+        if not (isinstance(result, NoFit) and result.never):
+            return False
+        reach = self.recut_reach(state, request, now)
+        return reach is None or not reach.serves(request)
 
     def place(
         self,
@@ -181,15 +183,9 @@ class JobsCore:
                 pool.take(slice_id)
         return place(request, pool, policy)
 
-    def recut_could_serve(self, state: State, request: JobRequest, now: str) -> bool:
-        """Whether an elastic re-cut of some card of the whole pool could hold the request
-        (then it waits, whatever hosts this pass may use)."""
-        reach = self.recut_reach(state, request, now)
-        return reach is not None and reach.serves(request)
-
     def recut_reach(self, state: State, request: JobRequest, now: str) -> RecutReach | None:
-        """What elastic re-cuts of the whole pool's cards could give the request; None
-        without an elastic policy."""
+        """What elastic re-cuts of the whole pool's cards could give the request (work it
+        serves waits, whatever hosts this pass may use); None without an elastic policy."""
         from gpupoolctl.sched.elastic import recut_reach
 
         inputs = self.elastic_inputs(state, now, everywhere=True)

@@ -225,24 +225,14 @@ class RecutReach:
         return f"re-cut, {most}" if self.serves(request) else f"nor re-cut ({most})"
 
 
-def could_ever_serve(
-    request: JobRequest,
-    inputs: ElasticInputs,
-    where: Callable[[Mapping[str, Any]], bool] | None = None,
-    slices: Iterable[Mapping[str, Any]] | None = None,
-) -> bool:
-    """Whether some elastic card, re-cut, could hold one slice of the request: such work
-    waits for a re-cut instead of being refused as never fitting (see recut_reach)."""
-    return recut_reach(request, inputs, where, slices).serves(request)
-
-
 def recut_reach(
     request: JobRequest,
     inputs: ElasticInputs,
     where: Callable[[Mapping[str, Any]], bool] | None = None,
     slices: Iterable[Mapping[str, Any]] | None = None,
 ) -> RecutReach:
-    """What re-cuts could give the request. `where`: only cards whose slice fields (host,
+    """What re-cuts could give the request; work it `serves` waits for a re-cut instead of
+    being refused as never fitting. `where`: only cards whose slice fields (host,
     site, vendor, model) it accepts, such as a team's quota scopes. With `slices` (the
     pool's), work that must stay on one node (or island) must also fit one: per host
     (island), the most each elastic card could give (re-cut, or as it is) and the matching
@@ -709,7 +699,6 @@ __all__ = [
     "Recut",
     "RecutReach",
     "candidates",
-    "could_ever_serve",
     "glob_hosts",
     "hidden_for",
     "plan_recuts",

@@ -387,7 +387,8 @@ def _recut_reach(
     it on one node when it must stay on one)."""
     from gpupoolctl.sched import elastic as elastic_rules
 
-    return elastic_rules.could_ever_serve(request, elastic, where, pool.slices.values())
+    reach = elastic_rules.recut_reach(request, elastic, where, pool.slices.values())
+    return reach.serves(request)
 
 
 def _place(

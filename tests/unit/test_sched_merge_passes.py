@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from gpupoolctl.policy.model import ElasticPolicy, ElasticRule
 from gpupoolctl.sched import JobRequest, PoolView, QueueEntry, schedule_pass
 from gpupoolctl.sched.cards import cards_of
-from gpupoolctl.sched.elastic import ElasticInputs, could_ever_serve, recut_reach
+from gpupoolctl.sched.elastic import ElasticInputs, recut_reach
 from tests.property.test_elastic_properties import base_slices
 from tests.unit.test_sched_clearing import HOST, cut_node
 
@@ -152,8 +152,8 @@ def test_same_island_work_could_ever_be_served_only_within_what_the_island_holds
     assert len({s["island"] for s in cut}) == len({s["island"] for s in whole}) == 1
     request = JobRequest(gpus=gpus, memory_mib=9537, same_island=True)
     for slices in (cut, whole):
-        assert could_ever_serve(request, inputs(slices, {}), slices=slices) == (gpus <= 56)
         reach = recut_reach(request, inputs(slices, {}), slices=slices)
+        assert reach.serves(request) == (gpus <= 56)
         assert (reach.level, reach.most, reach.group) == ("island", 56, f"{HOST}/island0")
 
 

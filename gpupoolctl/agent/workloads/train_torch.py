@@ -425,16 +425,17 @@ def worker() -> int:
         sys.stderr.write(f"train: PyTorch is not importable on {socket.gethostname()} ({exc})\n")
         return EXIT_UNSUPPORTED
     rank, world = int(orders["rank"]), int(orders["world"])
+    index, params = int(orders["device"]), float(orders["params"])
     on_gpu = bool(torch.cuda.is_available())
     if on_gpu:
-        torch.cuda.set_device(int(orders["device"]))
-    device = torch.device("cuda", int(orders["device"])) if on_gpu else torch.device("cpu")
+        torch.cuda.set_device(index)
+    device = torch.device("cuda", index) if on_gpu else torch.device("cpu")
     # Before meeting the others: a model that cannot fit is one line, not an OOM traceback.
     refused = too_big(
-        model_bytes(float(orders["params"]), int(orders["batch"]), 2 if on_gpu else 4),
-        _free_bytes(torch, on_gpu, int(orders["device"]), int(orders.get("local", 1))),
+        model_bytes(params, int(orders["batch"]), 2 if on_gpu else 4),
+        _free_bytes(torch, on_gpu, index, int(orders.get("local", 1))),
         str(device),
-        float(orders["params"]),
+        params,
     )
     if refused:
         sys.stderr.write(refused + "\n")
@@ -459,7 +460,7 @@ def worker() -> int:
     except Stopped as stopped:
         if checkpoint is not None and reached[0]:
             with contextlib.suppress(OSError):
-                checkpoint.save(int(orders["steps"]), float(orders["params"]), reached[0])
+                checkpoint.save(int(orders["steps"]), params, reached[0])
         signal.signal(stopped.signum, signal.SIG_DFL)
         os.kill(os.getpid(), stopped.signum)
         raise
