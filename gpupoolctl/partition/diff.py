@@ -64,7 +64,9 @@ class HostPlan:
         return any(not g.unchanged for g in self.gpus)
 
     def agent_args(self, force: bool) -> hwops.PartitionRequestArgs:
-        """The `partition` verb's args for the GPUs that change."""
+        """The `partition` verb's args: the GPUs that change, with their ops, and, when any
+        does, every other GPU of the plan with none: the node checks that all of them are
+        still as planned before it changes any (another run may have changed one)."""
         plans: list[hwops.GpuPlan] = [
             hwops.GpuPlan(
                 index=g.index,
@@ -74,7 +76,7 @@ class HostPlan:
                 expect=dict(g.expect),
             )
             for g in self.gpus
-            if not g.unchanged
+            if self.changed
         ]
         return {"gpus": plans, "force": force}
 

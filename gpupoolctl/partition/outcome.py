@@ -66,6 +66,8 @@ def merge_outcomes(plans: Sequence[HostPlan], results: Mapping[str, RequestResul
             merged.failed = True
         for outcome in answer.get("gpus", []):
             diff = diffs.get(outcome["index"])
+            if diff is not None and diff.unchanged and diff.withheld is None:
+                continue  # sent only to be checked; a refusal names it on the changed GPUs
             model = diff.model if diff is not None else None
             entry["gpus"].append(
                 {**outcome, "model": model, "ops": len(diff.ops) if diff is not None else None}

@@ -76,6 +76,49 @@ def test_a_gpu_changed_since_the_plan_is_refused(node: Callable[[str], Node]) ->
     assert layout(n.gpu(7))[2] == (("3g.40gb", 0, 4, ("3g.40gb",)),)
 
 
+def two_layouts(day: str, night: str) -> str:
+    """Two labels of one file, as a day/night pair of layouts is written."""
+    return (
+        "version: v1\nmig-configs:\n"
+        f"  day:\n    - devices: [{day}]\n      mig-enabled: true\n"
+        '      mig-devices: {"1g.10gb": 7}\n'
+        f"  night:\n    - devices: [{night}]\n      mig-enabled: true\n"
+        '      mig-devices: {"3g.40gb": 2}\n'
+    )
+
+
+def test_a_run_planned_before_another_changed_the_node_changes_nothing_there(
+    node: Callable[[str], Node],
+) -> None:
+    n = node("dgx-h100")
+    text = two_layouts("0, 1", "1, 2")
+    # Both runs take facts and plan before either changes anything (two operators, or the
+    # cron switch while a person applies by hand).
+    day, night = plan_args(n, text, "day"), plan_args(n, text, "night")
+    assert all(g["ok"] for g in n.ask("partition", day)["data"]["gpus"])
+    after_day = node_layout(n.facts())
+    late = n.ask("partition", night)["data"]["gpus"]
+    # GPU 1 changed under the night plan; GPU 2 did not, and is left alone all the same.
+    assert [g["index"] for g in late] == [1, 2]
+    assert all(not g["ok"] and g["applied"] == 0 for g in late), late
+    assert all("nothing was done on this node: GPU 1 changed since" in g["error"] for g in late)
+    assert node_layout(n.facts()) == after_day  # not half of each layout
+
+
+def test_a_gpu_the_plan_leaves_as_it_is_is_checked_too(node: Callable[[str], Node]) -> None:
+    n = node("dgx-h100")
+    text = two_layouts("0", "0, 2")
+    n.partition([(0, [ENABLE, create("3g.40gb", 9, 0, 4), create("3g.40gb", 9, 4, 4)])])
+    night = plan_args(n, text, "night")  # GPU 0 is as night wants it: sent with no ops
+    assert [(g["index"], len(g["ops"])) for g in night["gpus"]] == [(0, 0), (2, 3)]
+    assert all(g["ok"] for g in n.ask("partition", plan_args(n, text, "day"))["data"]["gpus"])
+    after_day = node_layout(n.facts())
+    late = n.ask("partition", night)["data"]["gpus"]
+    assert all(not g["ok"] and g["applied"] == 0 for g in late), late
+    assert "GPU 0 changed since the plan was made" in late[0]["error"]
+    assert node_layout(n.facts()) == after_day
+
+
 def test_a_pending_mode_that_appeared_is_a_change(node: Callable[[str], Node]) -> None:
     n = node("a100-pcie-4")
     spec = "version: v1\nmig-configs:\n  sliced:\n    - devices: [0]\n      mig-enabled: true\n"

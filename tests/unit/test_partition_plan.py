@@ -131,7 +131,7 @@ def one(body: str, *gpus: dict[str, Any], groups: tuple[str, ...] = ()) -> Any:
     return plan_host(spec(body), "x", "n1", list(groups), facts(*gpus))
 
 
-def test_unchanged_gpu_gets_no_ops_and_is_left_out_of_agent_args() -> None:
+def test_unchanged_gpu_gets_no_ops_and_is_sent_only_to_be_checked() -> None:
     plan = one(
         """\
         x:
@@ -145,7 +145,11 @@ def test_unchanged_gpu_gets_no_ops_and_is_left_out_of_agent_args() -> None:
     first, second = plan.gpus
     assert first.unchanged and first.ops == [] and first.current == first.desired
     assert not second.unchanged and plan.changed
-    assert [g["index"] for g in plan.agent_args(force=False)["gpus"]] == [1]
+    sent = plan.agent_args(force=False)["gpus"]
+    # The unchanged GPU goes along with no ops and the state it was planned from: the node
+    # refuses the whole request if another run changed it meanwhile.
+    assert [(g["index"], len(g["ops"])) for g in sent] == [(0, 0), (1, len(second.ops))]
+    assert sent[0]["expect"] == first.expect and first.expect
 
 
 def test_same_profiles_elsewhere_are_unchanged_but_pins_must_match() -> None:

@@ -73,6 +73,13 @@ def _run_gpus(request: Request, warnings: list[str]) -> list[GpuOutcome]:
         # its hive on purpose.
         cards = [node.resolve(gpu.index, gpu.uuid, gpu.vendor) for gpu in request.gpus]
         cards = [_as_planned(gpu, card) for gpu, card in zip(request.gpus, cards, strict=True)]
+        stale = [card for card in cards if isinstance(card, str)]
+        if stale:
+            # The plan was made from facts another run has changed since (or is changing):
+            # refuse the whole node, so that two runs never leave it half one layout and
+            # half the other. The plan's unchanged GPUs are checked too, for that reason.
+            why = f"nothing was done on this node: {stale[0]}"
+            return [_outcome(gpu, error=why) for gpu in request.gpus]
         outcomes: list[GpuOutcome] = []
         finals: list[tuple[Card, dict[str, Any]]] = []
         for gpu, card in zip(request.gpus, cards, strict=True):
@@ -91,7 +98,7 @@ def _run_gpus(request: Request, warnings: list[str]) -> list[GpuOutcome]:
 
 def _as_planned(gpu: GpuRequest, card: Card | str) -> Card | str:
     """The card, or why it is refused: it is no longer in the state its plan was made from."""
-    if isinstance(card, str) or gpu.expect is None or not gpu.ops:
+    if isinstance(card, str) or gpu.expect is None:
         return card
     try:
         moved = differences(gpu.expect, from_snapshot(card.snapshot()))
@@ -100,7 +107,7 @@ def _as_planned(gpu: GpuRequest, card: Card | str) -> Card | str:
     if not moved:
         return card
     return (
-        f"changed since the plan was made ({'; '.join(moved)}): nothing was done to it; "
+        f"GPU {gpu.index} changed since the plan was made ({'; '.join(moved)}); "
         "take facts and plan again"
     )
 
