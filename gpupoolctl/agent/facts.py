@@ -8,6 +8,7 @@ from typing import Any
 
 from gpupoolctl import __version__
 from gpupoolctl.agent.drivers import open_drivers
+from gpupoolctl.agent.partition import lock as partition_lock
 from gpupoolctl.hw.model import NodeFacts
 
 
@@ -58,6 +59,9 @@ def collect(
         "topology": {"gpus": [g["uuid"] for g in gpus], "matrix": merge_blocks(blocks)},
         "warnings": warnings,
         "network": network,
+        # A `partition` run holds the node now: its GPUs may be half changed (a workstation
+        # that was interrupted reads the node again later, and waits while this is true).
+        "partition_running": partition_lock.running(),
     }
 
 

@@ -41,7 +41,10 @@ def describe(record: dict[str, Any], state: State) -> Event | None:
         if status == "reserved":
             before = _layout(data.get("before"))
             after = _layout(data.get("after"))
-            text = f"re-cutting {card}: {before} -> {after}"
+            doing = "partitioning" if data.get("source") == "apply" else "re-cutting"
+            text = f"{doing} {card}: {before} -> {after}"
+            if data.get("source") == "apply" and data.get("reason"):
+                text += f" ({data['reason']})"
             jobs = data.get("jobs") or []
             if jobs:
                 text += f" for {', '.join(str(j) for j in jobs)}"

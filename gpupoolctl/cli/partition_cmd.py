@@ -26,6 +26,7 @@ from gpupoolctl.errors import ExitCode
 
 if TYPE_CHECKING:
     from gpupoolctl.inventory import Inventory
+    from gpupoolctl.jobs.repartition import CardWork
     from gpupoolctl.partition import HostPlan, Spec
     from gpupoolctl.partition.coverage import HostRead
     from gpupoolctl.partition.hooks import Hooks
@@ -323,16 +324,21 @@ def _execute(
     force: bool,
     hooks: Hooks | None,
     extra: dict[str, Any],
+    reason: str,
     label_errors: list[str] | None = None,
 ) -> None:
-    """Confirm, send each changing host its plans, print the outcome per GPU, exit."""
+    """Confirm, then carry the plans out through the executor elastic re-cuts use too
+    (jobs.repartition: every card reserved in the ledger before it is touched, holds checked
+    again under the ledger lock, one request per host, the new slices recorded); print the
+    outcome per GPU, exit."""
+    from gpupoolctl.jobs.repartition import apply_plans
     from gpupoolctl.partition.outcome import merge_outcomes
 
     _errors_exit(plans, settings.verbosity > 0, label_errors or [])
-    withheld = [] if force else _keep_held_gpus(settings, plans)
+    work = _card_work(settings)
+    withheld = [] if force or work.ledger is None else _keep_held_gpus(work, plans)
     for message in withheld:
         warn(message)
-    by_name = {h.name: h for h in hosts}
     changing = [p for p in plans if p.changed]
     down = _unreachable(hosts)
     if not changing and withheld:
@@ -344,17 +350,26 @@ def _execute(
         notice("nothing to change: every selected GPU is already as asked", quiet=settings.quiet)
     else:
         _confirm(plans, yes)
-    requests = []
-    for p in changing:
-        args: dict[str, Any] = dict(p.agent_args(force))
-        if hooks:
-            args["hooks"] = hooks
-        requests.append((by_name[p.host].target, {"v": 1, "verb": "partition", "args": args}))
-    results = {r.name: r for r in send_each(settings, requests)}
-    # Every host sent a request, answered or not: one that timed out or lost its connection
-    # may have changed all the same (a host whose facts cannot be read keeps its slices).
-    _refresh_ledger_slices(settings, [by_name[name] for name in results])
-    merged = merge_outcomes(plans, results)
+    facts = {h.name: h.facts for h in hosts if h.ok}
+    try:
+        applied = apply_plans(
+            work, plans, facts, reason=reason, force=force, hooks_argv=hooks or None
+        )
+    except KeyboardInterrupt:
+        sent = ", ".join(p.host for p in changing)
+        error(
+            f"interrupted: {sent} may still be changing their GPUs; the cards stay reserved "
+            "in the ledger until a later `partition apply` or `schedule` reads them again"
+            if work.ledger is not None
+            else f"interrupted: {sent} may still be changing their GPUs; "
+            "`partition show` says what they are now"
+        )
+        raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+    for message in applied.refused:
+        warn(message)
+    for message in work.warnings:
+        warn(message)
+    merged = merge_outcomes(plans, applied.answers)
     failed_requests = set(merged.failed_requests)
     for entry in merged.hosts:
         if entry["name"] in failed_requests:
@@ -367,33 +382,34 @@ def _execute(
     rows = view.outcome_rows(merged.hosts)
     documents = merged.hosts + [_host_entry(h) | {"changed": None, "gpus": []} for h in down]
     emit(settings, data={**extra, "hosts": documents}, rows=rows, columns=view.OUTCOME_COLUMNS)
-    if merged.failed or down or withheld:
+    if merged.failed or down or withheld or applied.refused:
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
 
 
-def _keep_held_gpus(settings: Settings, plans: list[HostPlan]) -> list[str]:
-    """Drop the changes to GPUs whose slices the ledger says are held; say which."""
+def _card_work(settings: Settings) -> CardWork:
+    """The executor's ledger (None where none is kept: partitioning does not start one)
+    and nodes (every host of the inventory: a reservation left by an interrupted run may be
+    on a host outside -l). Reservations left by runs that ended are closed first."""
     from gpupoolctl.cli.handles import open_ledger
+    from gpupoolctl.jobs import Nodes
+    from gpupoolctl.jobs.repartition import CardWork, recover
+
+    ledger = open_ledger(settings)
+    everyone = pool.job_hosts(settings).everyone
+    nodes = Nodes(everyone, lambda requests: send_each(settings, requests))
+    work = CardWork(ledger if ledger.path.exists() else None, nodes)
+    recover(work)
+    return work
+
+
+def _keep_held_gpus(work: CardWork, plans: list[HostPlan]) -> list[str]:
+    """Drop the changes to GPUs whose slices the ledger says are held, before asking for
+    confirmation; say which (the executor checks again under the ledger lock)."""
     from gpupoolctl.partition.guard import held_gpus, keep_held_gpus
 
-    ledger = open_ledger(settings)
-    if not ledger.path.exists():
-        return []
-    view = ledger.read()
+    assert work.ledger is not None
+    view = work.ledger.read()
     return keep_held_gpus(plans, held_gpus(view.state, view.now))
-
-
-def _refresh_ledger_slices(settings: Settings, changed: list[HostFacts]) -> None:
-    """After a change, record the hosts' new slices, so that nothing is placed on a slice
-    that is gone (only where a ledger is kept: partitioning does not start one)."""
-    from gpupoolctl.cli.handles import open_ledger
-
-    ledger = open_ledger(settings)
-    if not changed or not ledger.path.exists():
-        return
-    results = pool.fan_out(settings, [h.target for h in changed], {"verb": "facts", "args": {}})
-    for message in ledger.refresh_from_facts(results).warnings:
-        warn(message)
 
 
 @app.command("apply")
@@ -408,11 +424,15 @@ def apply(
     """Make the selected GPUs match the label: only GPUs that differ are touched.
 
     GPUs with running processes, or whose slices the ledger says are held, are refused
-    unless --force. If a step fails on a GPU, that GPU's previous layout is restored; other
-    GPUs and hosts carry on. Asks before changing anything on a terminal; elsewhere --yes is
-    required (exit 2 without it). Exit 1, before anything changes, for what `plan` refuses
-    (a wrong file, an entry or label that selects no GPU or asks the impossible); 3 when a
-    host was unreachable or a GPU failed or was refused.
+    unless --force. Each card is reserved in the ledger before it is touched (nothing is
+    placed on it meanwhile) and its new slices recorded after. A host with a card another
+    run has reserved, or a GPU of the plan that changed since it was made, is left whole.
+    If a step fails on a GPU, that GPU's previous layout is restored; other GPUs and hosts
+    carry on. Asks before changing anything on a terminal; elsewhere --yes is required
+    (exit 2 without it). Exit 1, before anything changes, for what `plan` refuses (a wrong
+    file, an entry or label that selects no GPU or asks the impossible); 3 when a host was
+    unreachable or a GPU failed or was refused; 130 on Ctrl-C (the nodes may still be
+    changing: their cards stay reserved until a later apply or scheduling pass reads them).
     """
     settings: Settings = ctx.obj
     _require_consent(yes)
@@ -428,6 +448,7 @@ def apply(
         force=force,
         hooks=hooks,
         extra={"file": str(spec_file), "label": label},
+        reason=f"partition apply -c {label}",
         label_errors=_label_errors(spec, label, inventory, hosts),
     )
 
@@ -457,6 +478,7 @@ def reset(
         force=force,
         hooks=hooks,
         extra={"label": "reset"},
+        reason="partition reset",
     )
 
 

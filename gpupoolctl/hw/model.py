@@ -174,6 +174,8 @@ class NodeFacts(TypedDict):
     # The inventory's `site` var for this host. The agent does not know it: the workstation
     # adds it to the facts that come back (gpupoolctl.remote.fanout), None when unset.
     site: NotRequired[str | None]
+    # A `partition` run holds the node at this moment (absent from older agents).
+    partition_running: NotRequired[bool]
 
 
 # Bandwidth classes, by peak memory bandwidth. GDDR cards (L40S: 864 GB/s) are "standard",

@@ -23,7 +23,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupoolctl.jobs import hooks, launching, reaping, reshape, stopping, teams
+from gpupoolctl.jobs import hooks, launching, reaping, repartition, reshape, stopping, teams
 from gpupoolctl.jobs.errors import JobError
 from gpupoolctl.jobs.service import JobsCore, Outcome, queued_entries
 from gpupoolctl.ledger import State, Transaction
@@ -40,12 +40,12 @@ class _Round:
     waiting: list[dict[str, Any]] = field(default_factory=list)
     victims: list[dict[str, Any]] = field(default_factory=list)
     victims_for: QueueEntry | None = None
-    reshapes: list[reshape.Reserved] = field(default_factory=list)
+    reshapes: list[repartition.Reserved] = field(default_factory=list)
     unplaced: bool = False  # a placement the pass made could not be recorded (JobError)
 
 
 def schedule(jobs: JobsCore) -> Outcome:
-    outcome = Outcome(events=reshape.recover(jobs))
+    outcome = Outcome(events=repartition.recover(jobs))
     preempted_for: set[str] = set()  # entries this call has stopped victims for already
     recut_cards: set[str] = set()  # cards this call has re-cut: not again in later rounds
     waiting: list[dict[str, Any]] = []

@@ -100,40 +100,48 @@ def check(paths: LedgerPaths, loaded: replay.Loaded, torn_size: int, *, deep: bo
                 "(partition changed?); release it",
             )
         )
-    for record in _stale_reshapes(state):
-        add(
-            Problem(
-                "reshape",
-                str(record["id"]),
-                f"{record['id']} has held {record['gpu']} for a re-cut since {record['ts']}, "
-                f"over {STALE_RESHAPE_S / 3600:g} h: its pass may have died on another "
-                "workstation or in a process still running; once that is over, "
-                "`gpupoolctl schedule` closes it",
-            )
-        )
+    for record, message in _unsure_reservations(state):
+        add(Problem("reshape", str(record["id"]), message))
     if deep and loaded.snap is not None:
         _check_archives(paths, loaded, report)
     return report
 
 
-# A re-cut takes seconds, an AMD memory change minutes, a partition apply at most 15.
-STALE_RESHAPE_S = 3600.0
-
-
-def _stale_reshapes(state: Any) -> list[dict[str, Any]]:
-    """Reservations older than STALE_RESHAPE_S: their cards take no work meanwhile."""
+def _unsure_reservations(state: Any) -> list[tuple[dict[str, Any], str]]:
+    """Cards reserved by a run that has ended without closing them (their layout is unsure
+    until their node is read again), or for longer than ABANDONED_AFTER_S: neither takes
+    work meanwhile."""
     if not state.reshapes:
         return []
     import time
 
+    from gpupoolctl.ledger import reservations
     from gpupoolctl.ledger.units import parse_ts
 
     now = time.time()
-    return [
-        record
-        for record in state.reshapes.values()
-        if now - parse_ts(str(record["ts"])).timestamp() > STALE_RESHAPE_S
-    ]
+    found = []
+    for record in state.reshapes.values():
+        maker = reservations.describe_maker(record)
+        held = f"{record['id']} has held {record['gpu']} since {record['ts']} for {maker}"
+        if reservations.made_here(record) and reservations.maker_gone(record, now):
+            found.append(
+                (
+                    record,
+                    f"{held}, which ended without closing it: the card's layout is unsure "
+                    "until its node is read again (`gpupoolctl schedule`, or the next "
+                    "`partition apply`, does it)",
+                )
+            )
+        elif now - parse_ts(str(record["ts"])).timestamp() > reservations.ABANDONED_AFTER_S:
+            found.append(
+                (
+                    record,
+                    f"{held}, over {reservations.ABANDONED_AFTER_S / 3600:g} h: it may have "
+                    "died on another workstation or in a process still running; once that is "
+                    "over, `gpupoolctl schedule` closes it",
+                )
+            )
+    return found
 
 
 def _check_archives(paths: LedgerPaths, loaded: replay.Loaded, report: Report) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.agent.protocol import PROTOCOL_VERSION
@@ -27,6 +26,7 @@ from gpupoolctl.remote.results import (
 )
 from gpupoolctl.remote.target import Target
 from gpupoolctl.remote.timeouts import Timeouts
+from gpupoolctl.remote.workers import run_each
 
 if TYPE_CHECKING:
     from gpupoolctl.remote.ssh import SshContext
@@ -87,25 +87,14 @@ def run_agent_each(
         ctx = SshContext.create(
             timeouts, accept_new=accept_new, known_hosts=known_hosts, ssh_config=ssh_config
         )
-    results: list[HostResult | None] = [None] * len(targets)
-    executor = ThreadPoolExecutor(
-        max_workers=min(forks, len(targets)), thread_name_prefix="gpupool-host"
+    # _run_one never raises for a host's problem: every host ends with its own result.
+    return run_each(
+        requests,
+        lambda pair: _run_one(pair[0], pair[1], payload, ctx, timeouts),
+        max_workers=forks,
+        on_done=on_progress,
+        name="gpupool-host",
     )
-    try:
-        futures = {
-            executor.submit(_run_one, target, request, payload, ctx, timeouts): index
-            for index, (target, request) in enumerate(requests)
-        }
-        for future in as_completed(futures):
-            result = future.result()  # _run_one never raises for a host's problem
-            results[futures[future]] = result
-            if on_progress is not None:
-                on_progress(result)
-    except BaseException:
-        executor.shutdown(wait=False, cancel_futures=True)
-        raise
-    executor.shutdown(wait=True)
-    return [result for result in results if result is not None]
 
 
 def finish_result(target: Target, request: Mapping[str, Any], result: HostResult) -> HostResult:

@@ -44,6 +44,19 @@ def cli(tmp_path: Path):
         )
         return Run(proc.returncode, proc.stdout, proc.stderr)
 
+    def spawn(*args: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """The same command line in the background; the caller waits for it."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "gpupoolctl.cli.main", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**env, **(extra_env or {})},
+            cwd=tmp_path,
+        )
+
+    run.spawn = spawn  # type: ignore[attr-defined]
     run.sim_dir = tmp_path / "sim"  # type: ignore[attr-defined]
     run.cwd = tmp_path  # type: ignore[attr-defined]
     run.tmp = tmp_path  # type: ignore[attr-defined]

@@ -18,6 +18,7 @@ import errno
 import fcntl
 import os
 import sys
+import time
 from collections.abc import Iterator
 
 from gpupoolctl.agent.jobs.paths import state_home
@@ -75,6 +76,44 @@ def _holder(fd: int) -> str:
     return f" (pid {text})" if text.isdigit() else ""
 
 
+# A run that finds the lock taken tries again for this long before it is refused: `facts`
+# takes the lock shared for an instant to see whether a run is in progress (running()).
+BUSY_RETRY_S = 1.0
+
+
+def _take(fd: int) -> None:
+    """flock(fd, LOCK_EX), waiting at most BUSY_RETRY_S; OSError (EWOULDBLOCK) after."""
+    deadline = time.monotonic() + BUSY_RETRY_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+
+
+def running(paths: list[str] | None = None) -> bool:
+    """Whether a partition run holds the node now (one the workstation that started it may
+    no longer wait for: interrupted, or its connection lost). Never creates a lock file."""
+    for path in paths or lock_paths():
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return True
+        finally:
+            os.close(fd)  # closing releases the shared lock at once
+    return False
+
+
 @contextlib.contextmanager
 def node_lock(paths: list[str] | None = None) -> Iterator[str]:
     """Hold the node's partition lock; yields its path. NodeBusy when another run has it."""
@@ -87,7 +126,7 @@ def node_lock(paths: list[str] | None = None) -> Iterator[str]:
             continue
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _take(fd)
             except OSError as exc:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                     problems.append(f"{path}: {exc.strerror or exc}")  # e.g. no locks there
