@@ -122,14 +122,17 @@ def local_state_folders(requests: list[tuple[Target, dict[str, Any]]]) -> set[Pa
 
 
 def check_local_state(requests: list[tuple[Target, dict[str, Any]]]) -> None:
-    """Make the local state folders (0700) that do not exist yet, before any agent needs
-    them: one that cannot be made is one error naming it, not every simulated host failing
-    with the same reason. A folder that exists is left to the agent's own file errors."""
+    """Make the local state folders (0700; 2770 in a folder shared with its group) that do
+    not exist yet, before any agent needs them: one that cannot be made is one error naming
+    it, not every simulated host failing with the same reason. A folder that exists is left
+    to the agent's own file errors."""
+    from gpupoolctl.hw import sharing
+
     for folder in sorted(local_state_folders(requests)):
         if folder.is_dir():
             continue
         try:
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            sharing.make_dirs(folder)
         except OSError as exc:
             raise LocalStateError(
                 f"state folder {folder}: {exc.strerror or exc} (local and simulated hosts keep "

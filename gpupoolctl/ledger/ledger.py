@@ -12,8 +12,8 @@ and what a crash may then leave). Warnings are returned, never printed.
 from __future__ import annotations
 
 import functools
-import getpass
 import os
+import pwd
 import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -24,11 +24,12 @@ from typing import Any
 
 from gpupoolctl.atomic import fsync_dir
 from gpupoolctl.errors import UsageError
+from gpupoolctl.hw import sharing
 from gpupoolctl.ledger import fileio, journal, replay, snapshot, watermark
 from gpupoolctl.ledger.errors import LedgerDamaged, LedgerError
 from gpupoolctl.ledger.history import History, archives_needed, matcher, read_archive
 from gpupoolctl.ledger.lock import FileLock
-from gpupoolctl.ledger.paths import FILE_MODE, LedgerPaths, default_path, ensure_folder
+from gpupoolctl.ledger.paths import LedgerPaths, default_path, ensure_folder
 from gpupoolctl.ledger.repair import RepairResult, rebuild_snapshot, set_aside, snapshot_readable
 from gpupoolctl.ledger.repair import repair as repair_journal
 from gpupoolctl.ledger.state import Allocation, State
@@ -39,11 +40,19 @@ from gpupoolctl.redact import looks_secret
 
 
 def current_user() -> str:
-    """The login name, or the uid where there is no passwd entry (containers)."""
+    """Who is acting: the name of the process's uid, or the uid itself where it has no
+    passwd entry (containers). Never LOGNAME or USER: anyone can set those, and the name
+    decides who owns work and who is a pool admin."""
+    return user_name(os.getuid())
+
+
+@functools.cache
+def user_name(uid: int) -> str:
+    # Looked up once per process: with LDAP or sssd behind it, a lookup is a round trip.
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def default_actor() -> str:
@@ -315,11 +324,11 @@ class Ledger:
 
     def _open_journal(self, *, create: bool) -> int | None:
         flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
-        if create:
-            ensure_folder(self.paths.folder, create=self.is_default)
-            flags |= os.O_CREAT
         try:
-            return os.open(self.paths.journal, flags, FILE_MODE)
+            if create:
+                ensure_folder(self.paths.folder, create=self.is_default)
+                return sharing.open_file(self.paths.journal, flags)
+            return os.open(self.paths.journal, flags)
         except FileNotFoundError:
             return None
         except PermissionError:
@@ -363,12 +372,17 @@ class Ledger:
             f"interrupted writer) {what}"
         )
 
-    def _mode_warning(self, fd: int, st_mode: int) -> str | None:
-        mode = st_mode & 0o777
-        if mode & 0o077 and os.access(self.paths.journal, os.W_OK):
-            os.fchmod(fd, FILE_MODE)
-            return f"{self.paths.journal}: mode {mode:o} was too open; set to 600"
-        return None
+    def _mode_warning(self, fd: int, st: os.stat_result) -> str | None:
+        """Take away what the journal's mode gives beyond its folder's rule (0600, or 0660
+        in a folder shared with its group): only its owner can."""
+        mode = st.st_mode & 0o777
+        if not mode & 0o077:
+            return None
+        allowed = sharing.file_mode(self.paths.folder)
+        if not mode & ~allowed or os.geteuid() not in (0, st.st_uid):
+            return None
+        os.fchmod(fd, mode & allowed)
+        return f"{self.paths.journal}: mode {mode:o} was too open; set to {mode & allowed:o}"
 
     # -- reading --------------------------------------------------------------------------
 
@@ -434,7 +448,7 @@ class Ledger:
                 if created and self.durable:
                     fsync_dir(self.paths.folder)
                 warnings: list[str] = []
-                mode_note = self._mode_warning(fd, st.st_mode)
+                mode_note = self._mode_warning(fd, st)
                 if mode_note:
                     warnings.append(mode_note)
                 loaded = self._refresh(fd, st)

@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gpupoolctl.errors import UsageError
+from gpupoolctl.hw import sharing
 from gpupoolctl.ledger.errors import LedgerBusy, holders_text
-from gpupoolctl.ledger.paths import FILE_MODE
 
 TIMEOUT_ENV = "GPUPOOL_LEDGER_LOCK_TIMEOUT"
 DEFAULT_TIMEOUT = 60.0
@@ -178,7 +178,7 @@ class FileLock:
         # treat both as one holder.
         if self._fd is None or self._pid != os.getpid():
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+                fd = sharing.open_file(self.path, os.O_RDWR | os.O_CLOEXEC)
             except PermissionError:  # a read-only user of someone else's ledger
                 fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
             self._fd, self._pid = fd, os.getpid()

@@ -3,7 +3,8 @@
 For a journal at P: P.lock (the flock target; never replaced, so compaction can swap the
 journal underneath waiting writers), P.snapshot, P.archive/ (compressed old journals),
 P.synced (how much of the journal is known durable: watermark.py) and P.quarantine (damaged
-lines moved aside by `ledger repair`). Every file is created 0600.
+lines moved aside by `ledger repair`). Every file is created 0600, or 0660 in a folder
+shared with its group (setgid: gpupoolctl.hw.sharing), and keeps its mode when replaced.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from functools import cached_property
 from pathlib import Path
 
 from gpupoolctl.atomic import replace_file
+from gpupoolctl.hw import sharing
 
-FILE_MODE = 0o600
 DIR_MODE = 0o700
 
 
@@ -74,5 +75,5 @@ def ensure_folder(folder: Path, *, create: bool) -> None:
 
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """temp file, fsync, rename over `path`, fsync the folder: readers see old or new, never
-    half (and after a crash, one of the two survives)."""
-    replace_file(path, data, mode=FILE_MODE, durable=durable)
+    half (and after a crash, one of the two survives). The new file has the old one's mode."""
+    replace_file(path, data, mode=sharing.replacing_mode(path), durable=durable)

@@ -13,9 +13,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpupoolctl.hw import sharing
 from gpupoolctl.ledger import journal, snapshot
 from gpupoolctl.ledger.errors import LedgerDamaged, LedgerError
-from gpupoolctl.ledger.paths import FILE_MODE, LedgerPaths, write_atomic
+from gpupoolctl.ledger.paths import LedgerPaths, write_atomic
 from gpupoolctl.ledger.state import State
 
 
@@ -177,7 +178,7 @@ def _entry(
 
 def _append_quarantine(paths: LedgerPaths, entries: list[dict[str, Any]], *, durable: bool) -> None:
     data = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries).encode("utf-8")
-    fd = os.open(paths.quarantine, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    fd = sharing.open_file(paths.quarantine, os.O_WRONLY | os.O_APPEND)
     try:
         journal.append(fd, data, durable=durable)
     finally:

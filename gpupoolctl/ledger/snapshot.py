@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from gpupoolctl.atomic import fsync_dir
+from gpupoolctl.hw import sharing
 from gpupoolctl.ledger.errors import LedgerDamaged
-from gpupoolctl.ledger.paths import FILE_MODE, LedgerPaths, write_atomic
+from gpupoolctl.ledger.paths import LedgerPaths, write_atomic
 from gpupoolctl.ledger.units import format_ts, parse_ts
 
 SNAPSHOT_FORMAT = 1
@@ -86,14 +87,14 @@ def write_archive(
     """Copy journal bytes [start, end) into P.archive/<first>-<last>.jsonl.gz, atomically."""
     folder = paths.archive_dir
     if not folder.is_dir():
-        folder.mkdir(mode=0o700, exist_ok=True)
+        sharing.make_dirs(folder)
         if durable:
             fsync_dir(folder.parent)
     name = f"{first:012d}-{last:012d}.jsonl.gz"
     target = folder / name
     tmp = folder / f".{name}.tmp-{os.getpid()}"
     digest = hashlib.sha256()
-    out_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    out_fd = sharing.open_file(tmp, os.O_WRONLY | os.O_TRUNC)
     try:
         with (
             os.fdopen(out_fd, "wb") as raw,

@@ -28,8 +28,9 @@ import zlib
 from dataclasses import dataclass
 
 from gpupoolctl.atomic import fsync_dir
+from gpupoolctl.hw import sharing
 from gpupoolctl.ledger import fileio
-from gpupoolctl.ledger.paths import FILE_MODE, LedgerPaths
+from gpupoolctl.ledger.paths import LedgerPaths
 
 SIZE = 128  # one line, padded: an overwrite fits one disk sector and leaves no old tail
 SYNC_SPAN = 256 << 10
@@ -105,9 +106,7 @@ class Watermark:
         # their flocks one, and two read-compare-writes at once could lower the mark.
         if self._fd is None or self._pid != os.getpid():
             existed = self.paths.watermark.exists()
-            self._fd = os.open(
-                self.paths.watermark, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE
-            )
+            self._fd = sharing.open_file(self.paths.watermark, os.O_RDWR | os.O_CLOEXEC)
             self._pid = os.getpid()
             if not existed:
                 fsync_dir(self.paths.folder)

@@ -57,7 +57,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from gpupoolctl.hw import amd_modes
+from gpupoolctl.hw import amd_modes, sharing
 from gpupoolctl.hw.pci import is_vfio
 from gpupoolctl.sim.statefile import StateFile
 
@@ -1057,7 +1057,7 @@ def gpupool_sim_pci_root() -> str:
     files, links = _pci_tree()
     digest = hashlib.sha256(json.dumps([files, links], sort_keys=True).encode()).hexdigest()
     home = _state.path.with_name(_state.path.name + ".pci")
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    sharing.make_dirs(home)
     tree = home / digest[:16]
     if not tree.is_dir():
         _write_tree(home, tree, files, links)
@@ -1070,6 +1070,7 @@ def gpupool_sim_pci_root() -> str:
 def _write_tree(home: Path, tree: Path, files: dict[str, str], links: dict[str, str]) -> None:
     scratch = Path(tempfile.mkdtemp(prefix=".tmp-", dir=home))
     try:
+        os.chmod(scratch, sharing.dir_mode(home))  # in a shared folder, other users' agents read it
         for relative, text in files.items():
             (scratch / relative).parent.mkdir(parents=True, exist_ok=True)
             (scratch / relative).write_text(text, encoding="ascii")

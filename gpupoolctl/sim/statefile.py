@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self
 
+from gpupoolctl.hw import sharing
 from gpupoolctl.hw.proc import alive
 
 STATE_VERSION = 1
@@ -109,14 +110,15 @@ class StateFile:
     def _write(self) -> None:
         import tempfile  # only writers pay for it: most agent runs only read
 
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        sharing.make_dirs(self.path.parent)
+        mode = sharing.replacing_mode(self.path)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump(self.data, handle, indent=1, sort_keys=True)
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.chmod(tmp, 0o600)
+            os.chmod(tmp, mode)
             os.replace(tmp, self.path)
             self._stamp = _stamp(os.stat(self.path))
         except BaseException:
@@ -133,9 +135,9 @@ def _stamp(status: os.stat_result) -> tuple[int, int, int]:
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    sharing.make_dirs(path.parent)
     lock_path = path.with_name(path.name + ".lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = sharing.open_file(lock_path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

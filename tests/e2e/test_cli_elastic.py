@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.users import ALICE, named
+
 PY = sys.executable
 DGX = "sg-dgx01"  # eight whole H100 cards, MIG off (Hopper: MIG may be switched on idle)
 PRINT_DEVICES = (
@@ -237,38 +239,39 @@ def test_an_amd_hive_is_cut_for_small_work_and_made_whole_again_for_a_whole_card
 
 
 def test_a_team_job_no_partition_holds_today_waits_for_a_recut_of_its_teams_cards(
-    jobs_cli, tmp_path: Path
+    shared_cli,
 ) -> None:
     # The team may use AMD cards only, and the MI300X hive is cut into 24 GB partitions:
     # no slice the team may use holds 40 GB today, but a re-cut of its hive would. Such a
     # job is queued and gets the re-cut, not refused as never fitting (exit 5).
     mi300x = "dxb-mi300x-01"
-    policy = tmp_path / "teams.yaml"
+    policy = shared_cli.tmp / "teams.yaml"
     policy.write_text(
-        "version: 1\nelastic:\n  min-idle: 0s\n  batch-window: 0s\n  rules:\n"
-        "    - vendor: amd\n      amd-modes: [spx/nps1, cpx/nps4, dpx/nps2]\n"
-        "teams:\n  serve:\n    members: [alice]\n"
-        "    quota: [{vendor: amd, nominal: {gpu-memory: 1536GiB}}]\n"
+        named(
+            "version: 1\nelastic:\n  min-idle: 0s\n  batch-window: 0s\n  rules:\n"
+            "    - vendor: amd\n      amd-modes: [spx/nps1, cpx/nps4, dpx/nps2]\n"
+            "teams:\n  serve:\n    members: [alice]\n"
+            "    quota: [{vendor: amd, nominal: {gpu-memory: 1536GiB}}]\n"
+        )
     )
-    alice = {"USER": "alice", "LOGNAME": "alice"}
-    small = jobs_cli(
+    small = shared_cli(
         "--pool-policy", str(policy), "submit", "--vendor", "amd", "--mem", "20G", "--",
-        PY, "-c", "import time; time.sleep(30)", extra_env=alice,
+        PY, "-c", "import time; time.sleep(30)", user=ALICE,
     )  # fmt: skip
     assert small.code == 0, small.stderr
     # Long enough that it is still running when cancelled, however slow the machine.
-    assert reshapes(jobs_cli)[-1]["after"] == "8 cards x CPX/NPS4 (64 x 24 GiB)"
-    assert jobs_cli("-q", "cancel", small.stdout.strip(), "--grace", "0").code == 0
+    assert reshapes(shared_cli)[-1]["after"] == "8 cards x CPX/NPS4 (64 x 24 GiB)"
+    assert shared_cli("-q", "cancel", small.stdout.strip(), "--grace", "0").code == 0
 
-    big = jobs_cli(
+    big = shared_cli(
         "--pool-policy", str(policy), "submit", "--vendor", "amd", "--mem", "40G", "--",
-        PY, "-c", "import time; time.sleep(30)", extra_env=alice,
+        PY, "-c", "import time; time.sleep(30)", user=ALICE,
     )  # fmt: skip
     assert big.code == 0, big.stderr
-    merged = reshapes(jobs_cli)[-1]
+    merged = reshapes(shared_cli)[-1]
     assert merged["state"] == "done" and merged["gpu"] == f"{mi300x}/amd-island0", merged
     assert merged["before"] == "8 cards x CPX/NPS4 (64 x 24 GiB)"
-    started = job(jobs_cli, big.stdout.strip(), policy)
+    started = job(shared_cli, big.stdout.strip(), policy)
     assert started["state"] == "running" and started["slice"].startswith(f"{mi300x}/")
 
 

@@ -10,15 +10,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.users import ALICE, BOB, EVE, named
+
 PY = sys.executable
 DGX = "sg-dgx01"  # eight whole H100 80 GB cards
 SLEEP = "import time; time.sleep(600)"
-ALICE = {"USER": "alice", "LOGNAME": "alice"}
-BOB = {"USER": "bob", "LOGNAME": "bob"}
 NIGHT = "2026-12-01T13:00:00.000Z"  # 21:00 in Singapore (UTC+8, no daylight saving)
 MORNING = "2026-12-02T00:30:00.000Z"  # 08:30 in Singapore: the day's quotas
 
-POLICY = """\
+POLICY = named("""\
 version: 1
 teams:
   serve:
@@ -34,45 +34,46 @@ windows:
     teams:
       serve: {quota: {nominal: {cards: 1}}}
       train: {quota: {nominal: {cards: 7}}}
-"""
+""")
 
 
-def at(moment: str, who: dict[str, str]) -> dict[str, str]:
-    return {**who, "GPUPOOL_NOW": moment}
+def at(moment: str) -> dict[str, str]:
+    return {"GPUPOOL_NOW": moment}
 
 
-def submit(cli, policy: Path, moment: str, who: dict[str, str], *extra: str) -> Any:
+def submit(cli, policy: Path, moment: str, who: str, *extra: str) -> Any:
+    """`submit` as the test user `who` (tests/users.py): members are real users."""
     return cli(
         "-q", "--pool-policy", str(policy), "-l", DGX, "submit", "--profile", "gpu",
         "--grace", "0", *extra, "--", PY, "-c", SLEEP,
-        extra_env=at(moment, who),
+        user=who, extra_env=at(moment),
     )  # fmt: skip
 
 
 def jobs(cli, policy: Path, moment: str) -> dict[str, dict[str, Any]]:
     run = cli(
         "-q", "--pool-policy", str(policy), "-l", DGX, "jobs", "--all", "-o", "json",
-        extra_env=at(moment, BOB),
+        user=BOB, extra_env=at(moment),
     )  # fmt: skip
     assert run.code == 0, run.stderr
     return {j["id"]: j for j in run.json()}
 
 
-def test_night_training_is_reclaimed_for_serving_in_the_morning(jobs_cli, tmp_path: Path) -> None:
-    policy = tmp_path / "pool.yaml"
+def test_night_training_is_reclaimed_for_serving_in_the_morning(shared_cli) -> None:
+    policy = shared_cli.tmp / "pool.yaml"
     policy.write_text(POLICY)
-    assert jobs_cli("-q", "--pool-policy", str(policy), "policy", "check").code == 0
+    assert shared_cli("-q", "--pool-policy", str(policy), "policy", "check").code == 0
 
     # Night: training's quota is 7 cards; it takes them, and the 8th borrowed (serving
     # leaves its one card idle).
-    night = [submit(jobs_cli, policy, NIGHT, BOB, "--preemptible") for _ in range(8)]
+    night = [submit(shared_cli, policy, NIGHT, BOB, "--preemptible") for _ in range(8)]
     assert all(r.code == 0 for r in night), [r.stderr for r in night]
     train_ids = [r.stdout.strip() for r in night]
-    state = jobs(jobs_cli, policy, NIGHT)
+    state = jobs(shared_cli, policy, NIGHT)
     assert [state[j]["state"] for j in train_ids] == ["running"] * 8, state
 
-    quota = jobs_cli(
-        "-q", "--pool-policy", str(policy), "-o", "json", "quota", extra_env=at(NIGHT, BOB)
+    quota = shared_cli(
+        "-q", "--pool-policy", str(policy), "-o", "json", "quota", user=BOB, extra_env=at(NIGHT)
     )
     assert quota.code == 0, quota.stderr
     report = quota.json()
@@ -85,10 +86,10 @@ def test_night_training_is_reclaimed_for_serving_in_the_morning(jobs_cli, tmp_pa
     # Morning: serving's quota is 6 cards, training's 2. Serving asks for two cards; the
     # pass reclaims two of training's (borrowed or preemptible, the newest first), requeues
     # them, and starts serving's work on the freed cards.
-    morning = [submit(jobs_cli, policy, MORNING, ALICE) for _ in range(2)]
+    morning = [submit(shared_cli, policy, MORNING, ALICE) for _ in range(2)]
     assert all(r.code == 0 for r in morning), [r.stderr for r in morning]
     serve_ids = [r.stdout.strip() for r in morning]
-    state = jobs(jobs_cli, policy, MORNING)
+    state = jobs(shared_cli, policy, MORNING)
     assert [state[j]["state"] for j in serve_ids] == ["running", "running"], state
     requeued = [j for j in train_ids if state[j]["state"] == "queued"]
     assert requeued == train_ids[-2:], state  # the newest first
@@ -98,9 +99,9 @@ def test_night_training_is_reclaimed_for_serving_in_the_morning(jobs_cli, tmp_pa
 
     # Training is above its day limit (2 cards, no borrowing by day): its requeued work
     # waits for its quota, and reclaims nothing from serving (within its nominal).
-    plan = jobs_cli(
+    plan = shared_cli(
         "-q", "--pool-policy", str(policy), "-l", DGX, "-o", "json", "schedule", "--dry-run",
-        extra_env=at(MORNING, BOB),
+        user=BOB, extra_env=at(MORNING),
     )  # fmt: skip
     assert plan.code == 0, plan.stderr
     events = plan.json()
@@ -108,37 +109,37 @@ def test_night_training_is_reclaimed_for_serving_in_the_morning(jobs_cli, tmp_pa
     waiting = {e["job"]: e["reason"] for e in events if e["event"] == "waiting"}
     assert set(waiting) == set(requeued)
     assert all(r == "team train at its limit (6 of 2 cards)" for r in waiting.values()), waiting
-    dry = submit(jobs_cli, policy, MORNING, BOB, "--dry-run")
+    dry = submit(shared_cli, policy, MORNING, BOB, "--dry-run")
     assert dry.code == 0, dry.stderr
     assert "team train at its limit (6 of 2 cards)" in dry.stdout + dry.stderr, dry
 
     # Usage: the night's holds, from the fixed clock: training held cards from 21:00 to
     # 08:30 (11.5 h) for the two reclaimed runs.
-    usage = jobs_cli("-q", "usage", "--by", "team", "-o", "json", extra_env=at(MORNING, BOB))
+    usage = shared_cli("-q", "usage", "--by", "team", "-o", "json", user=BOB, extra_env=at(MORNING))
     assert usage.code == 0, usage.stderr
     by_team = {r["team"]: r for r in usage.json()["rows"]}
     assert by_team["train"]["gpu_hours"] >= 8 * 11.5 - 0.01, by_team
     assert by_team["serve"]["gpu_hours"] == 0, by_team  # started just now
 
 
-def test_team_choice_is_checked_at_submit(jobs_cli, tmp_path: Path) -> None:
-    policy = tmp_path / "pool.yaml"
+def test_team_choice_is_checked_at_submit(shared_cli) -> None:
+    policy = shared_cli.tmp / "pool.yaml"
     policy.write_text(POLICY)
-    unknown = submit(jobs_cli, policy, NIGHT, BOB, "--team", "nosuch")
+    unknown = submit(shared_cli, policy, NIGHT, BOB, "--team", "nosuch")
     assert unknown.code == 2, unknown.stderr
     assert "no such team" in unknown.stderr and "serve, train" in unknown.stderr
-    other = submit(jobs_cli, policy, NIGHT, BOB, "--team", "serve")
+    other = submit(shared_cli, policy, NIGHT, BOB, "--team", "serve")
     assert other.code == 1, other.stderr
-    assert "bob is not a member of team serve" in other.stderr
+    assert f"{BOB} is not a member of team serve" in other.stderr
     assert len(other.stderr.strip().splitlines()) == 1
-    stranger = submit(jobs_cli, policy, NIGHT, {"USER": "eve", "LOGNAME": "eve"})
-    assert stranger.code == 1 and "eve is in no team" in stranger.stderr, stranger.stderr
+    stranger = submit(shared_cli, policy, NIGHT, EVE)
+    assert stranger.code == 1 and f"{EVE} is in no team" in stranger.stderr, stranger.stderr
     assert "Traceback" not in unknown.stderr + other.stderr + stranger.stderr
-    listed = jobs_cli("-q", "jobs", "--all", "-o", "json", extra_env=at(NIGHT, BOB))
+    listed = shared_cli("-q", "jobs", "--all", "-o", "json", user=BOB, extra_env=at(NIGHT))
     assert listed.json() == []  # nothing was queued by a refused submit
 
 
-CLEARING = """\
+CLEARING = named("""\
 version: 1
 elastic:
   min-idle: 0s
@@ -154,31 +155,29 @@ teams:
   train:
     members: [bob]
     quota: {nominal: {cards: 2}}
-"""
+""")
 
 
-def test_a_cut_card_is_cleared_and_merged_for_a_teams_whole_card_job(
-    jobs_cli, tmp_path: Path
-) -> None:
+def test_a_cut_card_is_cleared_and_merged_for_a_teams_whole_card_job(shared_cli) -> None:
     """Every card of sg-dgx01 cut into 7 x 1g.10gb and each holding one borrowed serving
     job: training's whole-card job (within its nominal) reclaims the cheapest card's job,
     the card is merged whole for it, and the requeued serving job is kept off it."""
-    policy = tmp_path / "pool.yaml"
+    policy = shared_cli.tmp / "pool.yaml"
     policy.write_text(CLEARING)
     layouts = str(Path(__file__).parents[2] / "playbooks" / "layouts.yaml")
-    cut = jobs_cli("-q", "-l", DGX, "partition", "apply", "-f", layouts, "-c", "inference",
+    cut = shared_cli("-q", "-l", DGX, "partition", "apply", "-f", layouts, "-c", "inference",
                    "--yes")  # fmt: skip
     assert cut.code == 0, cut.stderr
 
-    def run(*args: str, who: dict[str, str]) -> Any:
-        return jobs_cli("-q", "--pool-policy", str(policy), "-l", DGX, *args,
-                        extra_env=at(MORNING, who))  # fmt: skip
+    def run(*args: str, who: str) -> Any:
+        return shared_cli("-q", "--pool-policy", str(policy), "-l", DGX, *args,
+                        user=who, extra_env=at(MORNING))  # fmt: skip
 
     small = ("submit", "--mem", "5G", "--policy", "spread", "--grace", "0", "--", PY, "-c", SLEEP)
     served = [run(*small, who=ALICE) for _ in range(8)]
     assert all(r.code == 0 for r in served), [r.stderr for r in served]
     serving = [r.stdout.strip() for r in served]
-    state = jobs(jobs_cli, policy, MORNING)
+    state = jobs(shared_cli, policy, MORNING)
     cards = {state[j]["slice"].split("/mig-")[0] for j in serving}
     assert len(cards) == 8  # one on every card: no card is idle
 
@@ -186,10 +185,10 @@ def test_a_cut_card_is_cleared_and_merged_for_a_teams_whole_card_job(
     assert big.code == 0, big.stderr
     train_id = big.stdout.strip()
     for _ in range(5):  # passes: the victim stops, the card is merged, the job starts
-        if jobs(jobs_cli, policy, MORNING)[train_id]["state"] == "running":
+        if jobs(shared_cli, policy, MORNING)[train_id]["state"] == "running":
             break
         assert run("schedule", who=BOB).code == 0
-    state = jobs(jobs_cli, policy, MORNING)
+    state = jobs(shared_cli, policy, MORNING)
     assert state[train_id]["state"] == "running", state[train_id]
     card = state[train_id]["slice"]
     assert "/mig-" not in card and card.startswith(f"{DGX}/gpu")
@@ -200,7 +199,7 @@ def test_a_cut_card_is_cleared_and_merged_for_a_teams_whole_card_job(
     assert not any(state[j]["slice"].startswith(f"{card}/") for j in serving)
     (reshape,) = [
         r["data"]
-        for r in jobs_cli("-q", "ledger", "show", "--op", "reshape", "-o", "json").json()
+        for r in shared_cli("-q", "ledger", "show", "--op", "reshape", "-o", "json").json()
         if r["data"]["state"] == "done"
     ]
     assert reshape["gpu"] == card and reshape["after"] == "whole card"

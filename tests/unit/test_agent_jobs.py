@@ -83,6 +83,25 @@ def test_launch_runs_the_job_and_records_its_exit_code_and_output(agent: Agent) 
     assert meta["argv"] == [PY, "-c", code]
 
 
+def test_in_a_folder_shared_with_its_group_a_jobs_files_are_the_groups(agent: Agent) -> None:
+    # Several operators' agents on one (simulated) node: each must read the others' job
+    # folders to poll them, whatever the umask of the one that launched the job.
+    shared = agent.state / "gpupoolctl"
+    shared.mkdir(parents=True)
+    shared.chmod(0o2770)
+    old = os.umask(0o022)
+    try:
+        agent.launch("j-1", PY, "-c", "print('out')")
+        assert agent.wait("j-1")["state"] == "exited"
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(agent.root.stat().st_mode) == 0o2770
+    folder = agent.root / "j-1"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o2770
+    for name in ("meta.json", "pid.json", "exit.json", "stdout", "stderr"):
+        assert stat.S_IMODE((folder / name).stat().st_mode) == 0o660, name
+
+
 def test_job_is_detached_from_the_agent_and_survives_it(agent: Agent) -> None:
     started = time.monotonic()
     launched = agent.launch("j-2", PY, "-c", "import time; time.sleep(20)")

@@ -10,7 +10,7 @@ from typing import Any
 
 from gpupoolctl.agent.jobs import paths
 from gpupoolctl.agent.protocol import AgentError
-from gpupoolctl.hw import proc
+from gpupoolctl.hw import proc, sharing
 
 STARTING_GRACE_S = 30.0  # a folder without pid.json younger than this is a launch in progress
 MAX_LOG_CHUNK = 1 << 20
@@ -39,10 +39,10 @@ def status(root: Path, job_id: str, fence: bool = False) -> dict[str, Any]:
         if fence:
             paths.ensure_root(root)
             try:
-                os.mkdir(folder, 0o700)  # the same claim launch makes: whoever is first wins
+                sharing.make_dir(folder)  # the same claim launch makes: whoever is first wins
             except FileExistsError:
                 return status(root, job_id)
-            (folder / "fenced").touch(0o600)
+            os.close(sharing.open_file(folder / "fenced", os.O_WRONLY))
             out["fenced"] = True
         return out
     exited = paths.read_json(folder / "exit.json")

@@ -14,6 +14,7 @@ from typing import Any
 
 from gpupoolctl.agent.jobs import paths
 from gpupoolctl.agent.protocol import AgentError
+from gpupoolctl.hw import sharing
 from gpupoolctl.hw.proc import proc_start
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -168,7 +169,7 @@ def launch(
     paths.ensure_root(root)
     folder = root / request["job_id"]
     try:
-        os.mkdir(folder, 0o700)  # the claim: one launch per job id, ever, on this node
+        sharing.make_dir(folder)  # the claim: one launch per job id, ever, on this node
     except FileExistsError:
         # The same request again (a retry after its answer was lost) gets the one job's
         # launch answer; anything else under a taken id stays refused.
@@ -368,8 +369,8 @@ def _wrapper(
     exit.json. Never returns."""
     try:
         _detach_fds(report)
-        out = os.open(folder / "stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        err = os.open(folder / "stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        out = sharing.open_file(folder / "stdout", os.O_WRONLY | os.O_APPEND)
+        err = sharing.open_file(folder / "stderr", os.O_WRONLY | os.O_APPEND)
         try:
             process = subprocess.Popen(
                 argv,

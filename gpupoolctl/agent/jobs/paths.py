@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupoolctl.agent.protocol import AgentError
+from gpupoolctl.hw import sharing
 
 # Process liveness is hw.proc's (the sim applies it too); kept importable from here for the
 # admin-side jobs code that reads it through this module.
@@ -44,8 +45,11 @@ def state_home() -> str:
 
 
 def ensure_root(root: Path) -> None:
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(root, 0o700)
+    """The jobs root: the user's own (0700), or in a folder shared with its group (the
+    simulator's, set up for several operators) one the group's agents all use."""
+    sharing.make_dirs(root)
+    if not sharing.is_shared(root.parent):
+        os.chmod(root, sharing.PRIVATE_DIR)
 
 
 def job_dir(root: Path, job_id: str) -> Path:
@@ -58,7 +62,7 @@ def write_json(path: Path, value: Any, *, durable: bool = True) -> None:
     describe a live process need not (after a crash the process is gone anyway, and a
     missing file reads as lost all the same)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = sharing.open_file(tmp, os.O_WRONLY | os.O_TRUNC)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump(value, handle, sort_keys=True)
         if durable:

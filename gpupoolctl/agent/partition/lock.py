@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 
 from gpupoolctl.agent.jobs.paths import state_home
+from gpupoolctl.hw import sharing
 
 LOCK_NAME = "gpupoolctl-partition.lock"
 SHARED_FOLDERS = ("/run/lock", "/var/lock")
@@ -57,9 +58,7 @@ def _open(path: str) -> tuple[int, bool]:
     """(fd, writable). Another user's lock file is opened read-only: flock does not need
     write access, and O_CREAT on someone else's file in a sticky folder is refused."""
     try:
-        folder = os.path.dirname(path)
-        if not os.path.isdir(folder):
-            os.makedirs(folder, mode=0o700, exist_ok=True)
+        sharing.make_dirs(os.path.dirname(path))
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         with contextlib.suppress(OSError):
             os.fchmod(fd, 0o644)  # readable by the other users of a shared folder
