@@ -217,7 +217,9 @@ def submit(
             metavar="N",
             help="Run it again, up to N times, when it exits with a failure code (after a "
             "back-off: 10s, 20s, 40s ... 5m) or its node is lost (at once, elsewhere); each "
-            "try sees GPUPOOL_RESTART_COUNT. Preemption is --requeue's and does not count.",
+            "try sees GPUPOOL_RESTART_COUNT. Preemption is --requeue's and does not count, "
+            "nor does a launch its node did not carry out (no answer, a device it lacks): "
+            "that job is requeued at once, whatever N.",
         ),
     ] = 0,
     checkpoint_dir: Annotated[

@@ -343,14 +343,29 @@ def alloc(
         str | None,
         typer.Option("--ttl", help="Free it automatically after this long: 30m, 8h, 2d."),
     ] = None,
+    team: Annotated[
+        str | None,
+        typer.Option(
+            "--team",
+            help="Count it against this team's quota (the pool policy's teams:), as submit "
+            "does. Default: the holder's first team there, else the default team.",
+        ),
+    ] = None,
 ) -> None:
     """Hold free slice(s) by hand and print the allocation id.
 
     Best fit: of the free slices that match, the ones with the least memory (then by id),
-    so small requests never take big cards. Exit 5 when nothing fits.
+    so small requests never take big cards. With teams in the pool policy the hold counts
+    against the holder's team (--team) and is admitted within its quota as submit's work is.
+    Exit 5 when nothing fits, or nothing fits within the team's quota.
     """
+    from dataclasses import replace
+
+    from gpupoolctl.jobs.teams import resolve_team, share_inputs
     from gpupoolctl.ledger import current_user
     from gpupoolctl.ledger.units import parse_duration, parse_memory_mib
+    from gpupoolctl.policy import resolve_policy
+    from gpupoolctl.policy.actor import is_pool_admin
     from gpupoolctl.sched import JobRequest
     from gpupoolctl.sched.alloc import alloc as hold
 
@@ -368,14 +383,25 @@ def alloc(
         memory_mib=parse_memory_mib(mem) if mem is not None else None,
         vendor=vendor,
         host=host,
+        team=team,
     )
     life: timedelta | None = parse_duration(ttl) if ttl is not None else None
-    who = owner if owner is not None else current_user()
+    actor = current_user()
+    who = owner if owner is not None else actor
     if not who.strip():
         raise UsageError("--owner must not be empty")
+    policy = resolve_policy(settings.pool_policy)
+    admin = is_pool_admin(policy.admins, actor)
+    request = replace(request, team=resolve_team(policy, who, team, admin=admin))
     ledger = open_ledger(settings)
     discover_slices(settings, ledger)
-    done = hold(ledger, request, owner=who, ttl=life)  # placed by sched, held by the ledger
+    done = hold(  # placed by sched (within the team's quota), held by the ledger
+        ledger,
+        request,
+        owner=who,
+        ttl=life,
+        shares=lambda state, now: share_inputs(policy, state, now),
+    )
     _warn_all(done.warnings)
     held: Allocation = done.value
     data = _alloc_dict(held)

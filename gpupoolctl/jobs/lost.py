@@ -2,8 +2,10 @@
 
 The reaper's poll is the heartbeat: a host with running jobs whose poll is unreachable or
 times out is recorded `silent` (since its last answer this process saw, else since this
-poll); one that answers again, `answering`. A host
-silent for the health policy's node-dead-after is declared `lost`, in one transaction:
+poll), and so is a host that a launch could not reach (jobs.launching); one that answers
+again (a poll, or its facts: Ledger.refresh_slices), `answering`. Placement leaves silent
+and lost hosts alone (sched.pool), and every full pass polls them. A host with running
+jobs silent for the health policy's node-dead-after is declared `lost`, in one transaction:
 the host is drained (source `health`, so only this loop lifts it), each of its jobs is
 ended as failed "node lost" or requeued when it may restart (jobs.restarts), and only then
 are its slices released. Every run such a job had (on the lost host, and on the other hosts
@@ -57,8 +59,8 @@ def heard(answers: dict[str, Any]) -> Heard:
 
 def wanted(state: State) -> dict[str, list[str]]:
     """What the poll must also ask besides running jobs: the fenced runs, by host, and every
-    lost host (an empty poll: does it answer again?)."""
-    out: dict[str, list[str]] = {host: [] for host in state.lost}
+    lost or silent host (an empty poll: does it answer again?)."""
+    out: dict[str, list[str]] = {host: [] for host in (*state.lost, *state.silent)}
     for fence in state.fences.values():
         out.setdefault(fence["host"], []).append(fence["node_id"])
     return out
@@ -102,16 +104,36 @@ def _record(
         if host in state.silent:
             tx.append("host", {"host": host, "state": "answering"})
     for host, why in sorted(found.silent.items()):
-        if host in state.lost:
-            continue
-        since = state.silent.get(host)
+        since = mark_silent(jobs, tx, host, why)
         if since is None:
-            since = jobs.last_heard.get(host, tx.now)
-            tx.append("host", {"host": host, "state": "silent", "since": since, "why": why})
+            continue  # lost already
         silent_s = (now - parse_ts(since)).total_seconds()
-        if silent_s >= health.node_dead_after_s:
+        # A host with no running job is lost to nothing: it stays silent (and placement
+        # leaves it alone) until it answers.
+        if silent_s >= health.node_dead_after_s and _runs_on(state, host):
             events.append(_declare_lost(jobs, tx, host, since, silent_s, why))
     return events
+
+
+def mark_silent(jobs: JobsCore, tx: Transaction, host: str, why: str) -> str | None:
+    """Record in the caller's transaction that `host` did not answer (a poll or a launch)
+    unless it is silent already; returns since when it is silent, None for a lost host
+    (nothing recorded). Placement leaves a silent host alone until it answers again
+    (sched.pool)."""
+    if host in tx.state.lost:
+        return None
+    since = tx.state.silent.get(host)
+    if since is None:
+        since = jobs.last_heard.get(host, tx.now)
+        tx.append("host", {"host": host, "state": "silent", "since": since, "why": why})
+    return since
+
+
+def _runs_on(state: State, host: str) -> bool:
+    return any(
+        job.get("state") == "running" and any(n["host"] == host for n in job.get("nodes") or [])
+        for job in state.jobs.values()
+    )
 
 
 def _declare_lost(

@@ -61,13 +61,18 @@ def schedule(jobs: JobsCore) -> Outcome:
         for job in found.placed:
             hooks.crash_point("placed")
             launched = launching.launch(jobs, job)
-            launch_failed |= launched.get("state") != "running"
+            state = launched.get("state")
+            launch_failed |= state != "running"
+            # Requeued: its nodes did not launch it (no answer, a device gone); it goes on
+            # where the next round places it.
+            event = {"running": "started", "queued": "requeued"}.get(str(state), "launch-failed")
             outcome.events.append(
                 {
-                    "event": "started" if launched.get("state") == "running" else "launch-failed",
+                    "event": event,
                     "job": job["id"],
                     "hosts": [n["host"] for n in job["nodes"]],
                     "error": launched.get("error"),
+                    **({"reason": launched.get("reason")} if state == "queued" else {}),
                 }
             )
         if found.victims_for is not None:

@@ -30,7 +30,11 @@ if TYPE_CHECKING:
     from gpupoolctl.sched.shares import ShareInputs
 
 # Agent errors that prove a launch did not happen (anything else: ask the node).
-_NOT_LAUNCHED = {"BadRequest", "BadDevices", "BadWorkdir", "LaunchFailed", "SimError"}
+# NoSuchDevice: the node has no device the job was given (its cards changed behind the
+# ledger); the node's, not the job's: jobs.launching requeues it.
+NOT_LAUNCHED = frozenset(
+    {"BadRequest", "BadDevices", "BadWorkdir", "LaunchFailed", "SimError", "NoSuchDevice"}
+)
 KILL_WAIT_S = 5.0  # after SIGKILL, how long to wait for the process group to be gone
 
 
@@ -196,15 +200,20 @@ class JobsCore:
     def ensure_slices(self, *, record: bool = True) -> None:
         """Slices of the chosen hosts from their facts, when the ledger knows none yet
         (without `record`, kept for this run's placement only: a dry run writes nothing)."""
-        from gpupoolctl.ledger import slices_from_facts
-
         state = self.read().state
         wanted = self.hosts if self.hosts is not None else set(self.nodes.targets)
         known = {s.get("host") for s in state.slices.values()}
         missing = sorted(h for h in wanted if h not in known)
-        if not missing:
-            return
-        results = self.nodes.call([Call(h, "facts", {}) for h in missing])
+        if missing:
+            self.read_slices(missing, record=record)
+
+    def read_slices(self, hosts: list[str], *, record: bool = True) -> None:
+        """Read the slices of `hosts` from their facts and record them (without `record`,
+        keep them for this run's placement only); a host that fails keeps what the ledger
+        had, and is reported."""
+        from gpupoolctl.ledger import slices_from_facts
+
+        results = self.nodes.call([Call(h, "facts", {}) for h in hosts])
         good = [r for r in results if r.ok]
         for result in results:
             if not result.ok:

@@ -58,25 +58,29 @@ class Submitter(Protocol):
 
 
 def with_team(jobs: Submitter, spec: JobSpec) -> JobSpec:
-    """The spec with its team resolved (policy.membership.team_for): the one asked for, the
-    user's first, or the default; unchanged where the policy has no teams."""
-    policy = jobs.policy
-    if policy is None or not policy.teams.enabled:
-        if spec.request.team is not None:  # says why not, naming the policy file if any
-            source = policy.source if policy is not None else None
-            team_for(PoolPolicy().teams, jobs.owner, asked=spec.request.team, source=source)
+    """The spec with its team resolved (resolve_team); unchanged where the policy has no
+    teams."""
+    team = resolve_team(jobs.policy, jobs.owner, spec.request.team, admin=jobs.admin)
+    if team is None:
         return spec
+    return dataclasses.replace(spec, request=dataclasses.replace(spec.request, team=team))
+
+
+def resolve_team(
+    policy: PoolPolicy | None, user: str, asked: str | None, *, admin: bool = False
+) -> str | None:
+    """The team `user`'s work counts against (policy.membership.team_for): the one asked for
+    (`--team`), the user's first, or the default; None where the policy has no teams (a team
+    asked for there is a usage error naming the policy file). `admin`: whoever acts is a
+    pool admin, who may name any team."""
+    if policy is None or not policy.teams.enabled:
+        if asked is not None:  # says why not, naming the policy file if any
+            source = policy.source if policy is not None else None
+            team_for(PoolPolicy().teams, user, asked=asked, source=source)
+        return None
     from gpupoolctl.policy.actor import unix_groups
 
-    team = team_for(
-        policy.teams,
-        jobs.owner,
-        unix_groups(jobs.owner),
-        spec.request.team,
-        admin=jobs.admin,
-        source=policy.source,
-    )
-    return dataclasses.replace(spec, request=dataclasses.replace(spec.request, team=team))
+    return team_for(policy.teams, user, unix_groups(user), asked, admin=admin, source=policy.source)
 
 
 def quota_report(policy: PoolPolicy, state: State, now: str) -> dict[str, Any]:

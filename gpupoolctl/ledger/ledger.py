@@ -598,13 +598,17 @@ class Ledger:
     # -- operations -----------------------------------------------------------------------
 
     def refresh_slices(self, hosts: list[str], slices: list[dict[str, Any]]) -> Done:
-        """Replace the slices of `hosts` with `slices`; writes only when something changed."""
+        """Replace the slices of `hosts` with `slices`; writes only when something changed.
+        The hosts answered (their facts are these): one recorded silent answers again."""
 
         def build(tx: Transaction) -> bool:
             wanted = set(hosts)
+            answering = sorted(wanted & set(tx.state.silent))
+            for host in answering:
+                tx.append("host", {"host": host, "state": "answering"})
             current = [s for s in tx.state.slices.values() if s["host"] in wanted]
             if sorted(current, key=lambda s: s["id"]) == sorted(slices, key=lambda s: s["id"]):
-                return False
+                return bool(answering)
             tx.append("slices", {"hosts": sorted(wanted), "slices": slices})
             return True
 

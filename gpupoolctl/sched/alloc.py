@@ -3,7 +3,9 @@
 `alloc` and `submit` ask in one request type (JobRequest; alloc's count is `gpus`) and are
 placed by one implementation, place(); alloc keeps its documented rule, least memory then
 natural id (ALLOC_POLICY), and its own messages. The decision is made here; the ledger only
-records the slices chosen, inside its transaction (see Ledger.alloc).
+records the slices chosen, inside its transaction (see Ledger.alloc). A request with a team
+is admitted against that team's quota as submit's work is (sched.shares.place_for_team):
+its hold counts in `quota` and `usage` from then on.
 
     from gpupoolctl.sched.alloc import alloc
     done = alloc(ledger, JobRequest(profile="1g.10gb"), owner="alice", ttl=timedelta(hours=8))
@@ -20,16 +22,23 @@ from typing import TYPE_CHECKING, Any
 from gpupoolctl.ledger.errors import NothingFits
 
 # sched's public names, not its modules: those are being reworked behind them.
-from gpupoolctl.sched import ALLOC_POLICY, JobRequest, Placement, PoolView, place
+from gpupoolctl.sched import ALLOC_POLICY, JobRequest, NoFit, Placement, PoolView, place
 from gpupoolctl.sched.ids import natural
 from gpupoolctl.sched.names import check_names
+from gpupoolctl.sched.request import host_matches
+from gpupoolctl.sched.shares import QuotaWait, Usage, place_for_team
 
 if TYPE_CHECKING:
     from gpupoolctl.ledger.ledger import Done, Ledger
     from gpupoolctl.ledger.state import State
+    from gpupoolctl.sched.shares import ShareInputs
+
+    # The teams' quotas and usage as of the ledger's state and time (jobs.teams.share_inputs
+    # with the policy in force); None where the policy has no teams.
+    Shares = Callable[[State, str], ShareInputs | None]
 
 # The fields alloc takes, in the order its journal records and messages have always had them.
-_FIELDS = ("profile", "memory_mib", "gpus", "host", "vendor")
+_FIELDS = ("profile", "memory_mib", "gpus", "host", "vendor", "team")
 
 
 def record(request: JobRequest) -> dict[str, Any]:
@@ -53,41 +62,80 @@ def fit_key(entry: dict[str, Any]) -> tuple[Any, ...]:
     return (entry.get("memory_mib") or 0, natural(entry["id"]))
 
 
-def pick(state: State, request: JobRequest, now: str) -> list[dict[str, Any]]:
+def pick(
+    state: State, request: JobRequest, now: str, shares: Shares | None = None
+) -> list[dict[str, Any]]:
     """The free slices alloc takes for `request` as of `now`; NothingFits (exit 5) when there
-    are not enough, UsageError (exit 2) for a request that could never be understood."""
+    are not enough, or when its team's quota (`shares`) does not allow them; UsageError
+    (exit 2) for a request that could never be understood."""
     # Same checks as submit (a mistyped vendor is a usage error, not "nothing fits"), except
     # that alloc has always taken --profile and --mem together, as two filters.
     checked = replace(request, memory_mib=None) if request.profile else request
     checked.validate()
     pool = PoolView.from_state(state, now)
-    result = place(request, pool, ALLOC_POLICY)
+    inputs = shares(state, now) if shares is not None and request.team is not None else None
+    result = _place(request, pool, inputs)
     if not isinstance(result, Placement):
         if state.slices:
             check_names(request, state.slices.values())
         found = sum(1 for _ in pool.free_candidates(request))
-        raise NothingFits(_why(state, request, now, found))
+        # With a team: its quota's reason, where the pool alone would have had room.
+        quota = inputs is not None and (
+            isinstance(result, QuotaWait) or result.never or found >= request.gpus
+        )
+        raise NothingFits(_why(pool, request, found, result.reason if quota else None))
     return [state.slices[s] for s in result.slices]
 
 
-def choose(request: JobRequest) -> Callable[[State, str], list[str]]:
+def _place(request: JobRequest, pool: PoolView, inputs: ShareInputs | None) -> Placement | NoFit:
+    """alloc's rule; within the team's quota when the request has a team with one."""
+
+    def place_any() -> Placement | NoFit:
+        return place(request, pool, ALLOC_POLICY)
+
+    if inputs is None or request.team is None:
+        return place_any()
+    usage = Usage.of_pool(pool, inputs)
+    return place_for_team(request.team, request, pool, usage, place_any)
+
+
+def choose(request: JobRequest, shares: Shares | None = None) -> Callable[[State, str], list[str]]:
     """The ids alloc takes, as a function of the ledger's state and time: Ledger.alloc runs
-    it under its lock, so two allocs at once never pick the same slice."""
+    it under its lock, so two allocs at once never pick the same slice (nor, together, more
+    than a team's quota)."""
 
     def chosen(state: State, now: str) -> list[str]:
-        return [entry["id"] for entry in pick(state, request, now)]
+        return [entry["id"] for entry in pick(state, request, now, shares)]
 
     return chosen
 
 
-def alloc(ledger: Ledger, request: JobRequest, *, owner: str, ttl: timedelta | None = None) -> Done:
-    """Hold the slices alloc's rule picks for `request`, in one ledger transaction."""
-    return ledger.alloc(choose(request), owner=owner, ttl=ttl, request=record(request))
+def alloc(
+    ledger: Ledger,
+    request: JobRequest,
+    *,
+    owner: str,
+    ttl: timedelta | None = None,
+    shares: Shares | None = None,
+) -> Done:
+    """Hold the slices alloc's rule picks for `request`, in one ledger transaction; with a
+    team and `shares`, within that team's quota."""
+    return ledger.alloc(choose(request, shares), owner=owner, ttl=ttl, request=record(request))
 
 
-def _why(state: State, request: JobRequest, now: str, found: int) -> str:
-    if not state.slices:
+def _why(pool: PoolView, request: JobRequest, found: int, quota: str | None) -> str:
+    if not pool.slices:
         return "nothing fits: the ledger knows no slices yet (run `gpupoolctl pool` first)"
-    shape = Counter(s.get("profile") or s.get("kind") for s in state.free_slices(now))
+    if quota is not None:
+        return f"nothing fits {describe(request)}: {quota}"
+    # What is free where the request may go (its --host), as placement sees it.
+    shape = Counter(
+        pool.slices[s].get("profile") or pool.slices[s].get("kind")
+        for s in pool.free
+        if host_matches(pool.slices[s]["host"], request)
+    )
     free = ", ".join(f"{n} x {p}" for p, n in sorted(shape.items())) or "none"
-    return f"nothing fits {describe(request)}: {found} matching slice(s) free; free now: {free}"
+    where = f" on {request.host}" if request.host is not None else ""
+    return (
+        f"nothing fits {describe(request)}: {found} matching slice(s) free; free now{where}: {free}"
+    )

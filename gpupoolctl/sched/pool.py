@@ -238,6 +238,7 @@ class PoolView:
             holders.append(_holder(alloc, mine, jobs_by_alloc.get(alloc.id)))
         holders.extend(_reshape_holders(state))
         holders.extend(_drain_holders(state))
+        holders.extend(_not_answering_holders(state))
         return cls(_skeleton_of(state.slices), holders)
 
     # -- public queries -------------------------------------------------------------------
@@ -545,11 +546,49 @@ def _drain_holders(state: State) -> list[Holder]:
     ]
 
 
+NOT_ANSWERING_OWNER = "gpupoolctl (not answering)"
+
+
+def not_answering(state: State) -> set[str]:
+    """Hosts whose last contact failed: silent (a poll or a launch got no answer) or lost.
+    They take no work until they answer again (a poll or their facts)."""
+    return set(state.silent) | set(state.lost)
+
+
+def _not_answering_holders(state: State) -> list[Holder]:
+    """Free slices of hosts that do not answer are held until they do: nothing is placed
+    there (a launch would find no one), nothing is re-cut there, never a preemption victim."""
+    away = not_answering(state)
+    if not away:
+        return []
+    taken = state.holders
+    recutting = state.recutting_slices()
+    found: dict[str, list[str]] = {}
+    for sid, entry in state.slices.items():
+        host = entry.get("host")
+        if host not in away or sid in taken or sid in recutting:
+            continue
+        if state.drained(entry) is None:  # a drained one is its drain's already
+            found.setdefault(str(host), []).append(sid)
+    return [
+        Holder(alloc=f"not-answering:{host}", owner=NOT_ANSWERING_OWNER, slices=tuple(ids))
+        for host, ids in found.items()
+    ]
+
+
 def _holder(alloc: Allocation, slices: tuple[str, ...], job: dict[str, Any] | None) -> Holder:
     request = alloc.request or {}
     job_id = request.get("job") or (job.get("id") if job else None)
-    if job_id is None:  # not a job's: nothing more to look up
-        return Holder(alloc.id, alloc.owner, slices, since=alloc.created, expires=alloc.expires)
+    if job_id is None:  # not a job's (alloc): only its team, which its quota counts
+        team = request.get("team")
+        return Holder(
+            alloc.id,
+            alloc.owner,
+            slices,
+            since=alloc.created,
+            expires=alloc.expires,
+            team=str(team) if team else None,
+        )
     job = job or {}
     job_request = job.get("request") or {}
 

@@ -50,10 +50,12 @@ class Agent:
         args = {"job_id": job_id, "argv": list(argv), "env": {}, **extra}
         return self.ok("launch", args, extra.pop("sim", None))
 
-    def wait(self, job_id: str, timeout: float = 10.0) -> dict[str, Any]:
+    def wait(
+        self, job_id: str, timeout: float = 10.0, sim: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
-            status = self.ok("poll", {"job_ids": [job_id]})["jobs"][job_id]
+            status = self.ok("poll", {"job_ids": [job_id]}, sim)["jobs"][job_id]
             if status["state"] not in ("running", "starting") or time.monotonic() > deadline:
                 return status
             time.sleep(0.05)
@@ -172,9 +174,11 @@ def test_nothing_is_interpreted_by_a_shell(agent: Agent, tmp_path: Path) -> None
     assert not list(Path.cwd().glob("PWNED*"))
 
 
-def test_visibility_per_vendor_overrides_the_request(agent: Agent) -> None:
+def test_visibility_per_vendor_overrides_the_request(agent: Agent, tmp_path: Path) -> None:
     code = "import os; print(os.environ.get('CUDA_VISIBLE_DEVICES'), os.environ['GPUPOOL_JOB_ID'])"
-    uuids = ["MIG-aaaa", "MIG-bbbb"]
+    sim = {"template": "a100-pcie-4", "state_dir": str(tmp_path / "sim")}  # MIG on GPU 3
+    instances = agent.ok("facts", {}, sim)["gpus"][3]["mig"]["instances"][:2]
+    uuids = [gi["compute_instances"][0]["uuid"] for gi in instances]
     launched = agent.launch(
         "j-5",
         PY,
@@ -182,10 +186,17 @@ def test_visibility_per_vendor_overrides_the_request(agent: Agent) -> None:
         code,
         env={"CUDA_VISIBLE_DEVICES": "all"},
         devices={"vendor": "nvidia", "uuids": uuids},
+        sim=sim,
     )
-    assert launched["visible"] == {"CUDA_VISIBLE_DEVICES": "MIG-aaaa,MIG-bbbb"}
-    agent.wait("j-5")
-    assert agent.ok("logs", {"job_id": "j-5"})["text"] == "MIG-aaaa,MIG-bbbb j-5\n"
+    assert launched["visible"] == {"CUDA_VISIBLE_DEVICES": ",".join(uuids)}
+    agent.wait("j-5", sim=sim)
+    assert agent.ok("logs", {"job_id": "j-5"}, sim)["text"] == f"{','.join(uuids)} j-5\n"
+    # Not a simulated node: this machine does not have the simulated devices.
+    absent = agent.ask(
+        "launch",
+        {"job_id": "j-6", "argv": ["true"], "devices": {"vendor": "nvidia", "uuids": uuids}},
+    )
+    assert absent["error"]["type"] == "NoSuchDevice", absent
     bad = agent.ask(
         "launch",
         {
@@ -275,3 +286,21 @@ def test_logs_of_both_streams_in_one_answer(agent: Agent) -> None:
     for bad in ({}, {"stdin": 0}, ["stdout"], {"stdout": "x"}):
         refused = agent.ask("logs", {"job_id": "j-12", "streams": bad})
         assert refused["error"]["type"] == "BadRequest", bad
+
+
+def test_nvidia_smi_list_gives_every_gpu_and_mig_device_uuid() -> None:
+    from gpupoolctl.agent.jobs.devices import parse_list
+
+    listed = (
+        "GPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77)\n"
+        "  MIG 3g.20gb     Device  0: (UUID: MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f)\n"
+        "  MIG 1g.5gb      Device  1: (UUID: MIG-a1b2c3d4-0000-5de3-91c7-45d71c87eb3f)\n"
+        "GPU 1: NVIDIA A100-SXM4-40GB (UUID: GPU-0b4d1a52-7c4e-4a0e-9d1c-2f1e1f1e1f1e)\n"
+    )
+    assert parse_list(listed) == {
+        "GPU-5d5ba0d6-d33d-2b2c-524d-9e3d8d2b8a77",
+        "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f",
+        "MIG-a1b2c3d4-0000-5de3-91c7-45d71c87eb3f",
+        "GPU-0b4d1a52-7c4e-4a0e-9d1c-2f1e1f1e1f1e",
+    }
+    assert parse_list("No devices were found\n") == set()

@@ -99,7 +99,43 @@ def test_amd_job_gets_its_logical_gpu_and_shows_as_its_process(
         {"job_id": "j-4", "argv": ["true"], "devices": {"vendor": "amd", "uuids": ["nope"]}},
         spec,
     )
-    assert unknown["error"]["type"] == "BadDevices"
+    assert unknown["error"]["type"] == "NoSuchDevice"
+
+
+def test_a_device_the_node_no_longer_has_is_refused_before_anything_starts(
+    agent: Agent, tmp_path: Path
+) -> None:
+    """A MIG instance re-cut behind the ledger: the launch that names it is NoSuchDevice
+    (the workstation requeues the job), and no job folder is claimed; the instances that
+    exist, and whole cards, still launch."""
+    spec = sim(tmp_path, "a100-pcie-4")
+    gpus = agent.ok("facts", {}, spec)["gpus"]
+    mig = gpus[3]
+    instance = mig["mig"]["instances"][0]
+    gone = instance["compute_instances"][0]["uuid"]
+    kept = mig["mig"]["instances"][1]["compute_instances"][0]["uuid"]
+    ops = [
+        {"op": "destroy_ci", "gi": instance["gi_id"], "ci": 0},
+        {"op": "destroy_gi", "gi": instance["gi_id"]},
+    ]
+    assert partition(agent, spec, mig, ops)["ok"]
+    for uuids in ([gone], [kept, gone], ["GPU-00000000-0000-0000-0000-000000000000"]):
+        refused = agent.ask(
+            "launch",
+            {"job_id": "j-9", "argv": SLEEP, "devices": {"vendor": "nvidia", "uuids": uuids}},
+            spec,
+        )
+        assert refused["error"]["type"] == "NoSuchDevice", refused
+        assert uuids[-1] in refused["error"]["message"] and kept not in refused["error"]["message"]
+    assert not (tmp_path / "sim" / "jobs" / "node1" / "j-9").exists()
+    for job_id, uuid in (("j-10", kept), ("j-11", gpus[0]["uuid"])):
+        launched = agent.ok(
+            "launch",
+            {"job_id": job_id, "argv": SLEEP, "devices": {"vendor": "nvidia", "uuids": [uuid]}},
+            spec,
+        )
+        assert launched["visible"] == {"CUDA_VISIBLE_DEVICES": uuid}
+        agent.ok("signal", {"job_id": job_id, "signal": "KILL", "wait_s": 5}, spec)
 
 
 def test_simulated_nodes_keep_their_jobs_apart(agent: Agent, tmp_path: Path) -> None:

@@ -267,7 +267,9 @@ def test_cancel_of_a_pending_job_that_did_start_stops_it(path: Path) -> None:
 
     assert cancelled["state"] == "cancelled" and cancelled["exit_code"] == 143
     assert node.terms == [job_id]
-    launching._record_launch(launcher, pending, [{**pending["nodes"][0], "pid": 4242}], [])
+    launching._record_launch(
+        launcher, pending, [{**pending["nodes"][0], "pid": 4242}], launching._Refused()
+    )
     assert state_of(launcher, job_id)["state"] == "cancelled"  # the late record changed nothing
     assert launcher.ledger.read().state.allocations == {}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -296,3 +297,60 @@ def test_a_preempted_job_that_had_already_finished_is_not_run_again(tmp_path):
     job = state_of(jobs, job_id)
     assert job["state"] == "done" and job["reason"] == "ended before the preemption"
     assert jobs.ledger.read().state.queue == {}
+
+
+class HalfDownNodes(FakeNode):
+    """n1 launches (or refuses the workdir); n2 is unreachable."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bad_workdir = False
+
+    def answer(self, name: str, request: dict[str, Any]) -> HostResult:
+        if name == "n2":
+            self.calls.append(f"n2:{request['verb']}")
+            return HostResult(name, "unreachable", error="cannot connect", error_type="Connect")
+        if request["verb"] == "launch" and self.bad_workdir:
+            return HostResult(name, "failed", error="BadWorkdir: no", error_type="BadWorkdir")
+        return super().answer(name, request)
+
+
+@pytest.fixture
+def two_nodes(tmp_path: Path) -> tuple[Jobs, HalfDownNodes]:
+    ledger = Ledger(tmp_path / "ledger.jsonl", durable=False)
+    more = [
+        {**s, "id": s["id"].replace("n1", "n2"), "host": "n2", "uuid": f"GPU-2{s['gpu']}"}
+        for s in SLICES
+    ]
+    ledger.refresh_slices(["n1", "n2"], SLICES + more)
+    node = HalfDownNodes()
+    targets = [target_from_vars(h, {"transport": "local"}) for h in ("n1", "n2")]
+    return Jobs(ledger, Nodes(targets, node), owner="alice"), node
+
+
+def test_a_launch_one_node_did_not_answer_is_requeued_and_its_started_part_stopped(
+    two_nodes,
+) -> None:
+    jobs, node = two_nodes
+    job_spec = spec(gpus=3)  # two cards per node: it spans both
+    outcome = jobs.submit(dataclasses.replace(job_spec, max_restarts=2))
+    job = state_of(jobs, str(outcome.job_id))
+    assert job["state"] == "queued", job  # three cards fit nowhere while n2 is silent
+    assert "n2 did not answer" in job["reason"] and "not counted" in job["reason"]
+    assert not job.get("restarts")  # no restart used
+    assert "signal" in node.calls  # n1's started run was stopped
+    state = jobs.ledger.read().state
+    assert set(state.silent) == {"n2"} and state.allocations == {}
+    assert jobs.hosts_failed  # the CLI exits 3 and names n2
+
+
+def test_a_refusal_for_the_jobs_sake_fails_it_even_when_another_node_did_not_answer(
+    two_nodes,
+) -> None:
+    jobs, node = two_nodes
+    node.bad_workdir = True
+    outcome = jobs.submit(spec(gpus=3))
+    job = state_of(jobs, str(outcome.job_id))
+    assert job["state"] == "failed" and "BadWorkdir" in job["error"], job
+    assert "n2: unreachable" in job["error"]
+    assert set(jobs.ledger.read().state.silent) == {"n2"}

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupoolctl.agent.jobs import paths
+from gpupoolctl.agent.jobs.devices import NO_SUCH_DEVICE, check_nvidia
 from gpupoolctl.agent.protocol import AgentError
 from gpupoolctl.hw import sharing
 from gpupoolctl.hw.proc import proc_start
@@ -108,8 +109,9 @@ def _limits(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def visibility(vendor: str | None, uuids: list[str]) -> dict[str, str]:
-    """The variables that confine the job to its slice."""
+def visibility(vendor: str | None, uuids: list[str], *, allow_cli: bool = True) -> dict[str, str]:
+    """The variables that confine the job to its slice; NoSuchDevice for a device this node
+    does not have (`allow_cli`: nvidia-smi may say which it has; never on a simulated node)."""
     if vendor == "nvidia":
         names = []
         for uuid in uuids:
@@ -121,6 +123,7 @@ def visibility(vendor: str | None, uuids: list[str]) -> dict[str, str]:
                     "BadDevices",
                 )
             names.append(uuid)
+        check_nvidia(names, allow_cli=allow_cli)
         # CUDA takes uuids directly; with MIG, CUDA uses the first MIG device listed.
         return {"CUDA_VISIBLE_DEVICES": ",".join(names)}
     if vendor == "amd":
@@ -152,7 +155,7 @@ def _amd_positions(uuids: list[str]) -> list[int]:
     out = []
     for uuid in uuids:
         if uuid.lower() not in found:
-            raise AgentError(f"launch: no AMD GPU {uuid} on this node", "BadDevices")
+            raise AgentError(f"launch: no AMD GPU {uuid} on this node", NO_SUCH_DEVICE)
         out.append(found[uuid.lower()])
     return out
 
@@ -164,7 +167,8 @@ def launch(
 
     request = parse(args)
     with _stdout_to_stderr():  # vendor libraries must not write into our JSON answer
-        visible = visibility(request["devices"]["vendor"], request["devices"]["uuids"])
+        devices = request["devices"]
+        visible = visibility(devices["vendor"], devices["uuids"], allow_cli=sim is None)
     _refuse_builtin_if_ephemeral(request["argv"])
     paths.ensure_root(root)
     folder = root / request["job_id"]
