@@ -66,7 +66,7 @@ def pick(state: State, request: JobRequest, now: str) -> list[dict[str, Any]]:
         if state.slices:
             check_names(request, state.slices.values())
         found = sum(1 for _ in pool.free_candidates(request))
-        raise NothingFits(_why(state, request, now, found))
+        raise NothingFits(_why(state, request, pool, found))
     return [state.slices[s] for s in result.slices]
 
 
@@ -85,9 +85,10 @@ def alloc(ledger: Ledger, request: JobRequest, *, owner: str, ttl: timedelta | N
     return ledger.alloc(choose(request), owner=owner, ttl=ttl, request=record(request))
 
 
-def _why(state: State, request: JobRequest, now: str, found: int) -> str:
+def _why(state: State, request: JobRequest, pool: PoolView, found: int) -> str:
     if not state.slices:
         return "nothing fits: the ledger knows no slices yet (run `gpupoolctl pool` first)"
-    shape = Counter(s.get("profile") or s.get("kind") for s in state.free_slices(now))
+    # Free as placement sees it: a lost card or a drained host is not free.
+    shape = Counter(s.get("profile") or s.get("kind") for s in map(pool.slices.get, pool.free) if s)
     free = ", ".join(f"{n} x {p}" for p, n in sorted(shape.items())) or "none"
     return f"nothing fits {describe(request)}: {found} matching slice(s) free; free now: {free}"
