@@ -83,7 +83,8 @@ class Finder:
 
     def __init__(self, state: State) -> None:
         self.state = state
-        self.flagged = _flagged(state.slices)
+        self.index = _index_of(state.slices)
+        self.flagged = self.index.flagged
         self.fenced = {s: f for f in state.fences.values() for s in f.get("slices") or ()}
         self.quarantined = {
             s: hold for hold in state.quarantined.values() for s in hold.get("slices") or ()
@@ -163,9 +164,16 @@ def blocks(state: State) -> dict[str, Block]:
     finder = Finder(state)
     if not finder.any:
         return {}
+    # Only the slices a mark can reach are looked at: a pool with one drained card pays for
+    # that card, not for the pool.
+    index = finder.index
+    found: set[str] = {*finder.flagged, *finder.fenced, *finder.quarantined, *finder.recutting}
+    for target in (*state.lost, *state.drains):
+        found.update(index.by_host.get(target) or index.by_card.get(target) or ())
     out = {}
-    for sid, entry in state.slices.items():
-        block = finder.of(sid, entry)
+    for sid in found:
+        entry = state.slices.get(sid)
+        block = finder.of(sid, entry) if entry is not None else None
         if block is not None:
             out[sid] = block
     return out
@@ -176,18 +184,34 @@ def _drain_why(drain: Mapping[str, Any]) -> str:
     return f"{drain.get('target')} drained by {who} since {drain.get('ts')}: {drain.get('reason')}"
 
 
-# The marks a slice's own entry carries (a lost card, stray processes), found once per slice
-# map: the ledger replaces its slice map on every `slices` record and never edits it in
-# place, so the map's identity says whether the answer is still good (sched.pool does the
-# same for its skeletons).
-_FLAGGED: list[tuple[dict[str, Any], int, dict[str, dict[str, Any]]]] = []
+@dataclass
+class _Index:
+    flagged: dict[str, dict[str, Any]]  # slices whose own entry is marked: lost, stray_pids
+    by_host: dict[str, list[str]]
+    by_card: dict[str, list[str]]
 
 
-def _flagged(slices: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    for known, size, found in _FLAGGED:
+# Built once per slice map: the ledger replaces its slice map on every `slices` record and
+# never edits it in place, so the map's identity says whether an index is still good
+# (sched.pool does the same for its skeletons). The map is kept referenced, so its id
+# cannot be reused while cached.
+_INDEXES: list[tuple[dict[str, Any], int, _Index]] = []
+
+
+def _index_of(slices: dict[str, dict[str, Any]]) -> _Index:
+    from gpupoolctl.ledger.state import card_key
+
+    for known, size, index in _INDEXES:
         if known is slices and size == len(slices):
-            return found
-    found = {sid: e for sid, e in slices.items() if e.get("lost") or e.get("stray_pids")}
-    _FLAGGED.insert(0, (slices, len(slices), found))
-    del _FLAGGED[4:]
-    return found
+            return index
+    index = _Index({}, {}, {})
+    for sid, entry in slices.items():
+        if entry.get("lost") or entry.get("stray_pids"):
+            index.flagged[sid] = entry
+        index.by_host.setdefault(str(entry["host"]), []).append(sid)
+        card = card_key(entry)
+        if card is not None:
+            index.by_card.setdefault(card, []).append(sid)
+    _INDEXES.insert(0, (slices, len(slices), index))
+    del _INDEXES[4:]
+    return index
