@@ -4,7 +4,8 @@ The verdict rules are gpupoolctl.hw.health's (they ship in the agent too); this 
 per-host results into per-GPU rows and decides the drains: every failed GPU is drained with
 source "health", and a drain whose source is "health" is lifted once its GPU reads ok again.
 A drain an admin made is never lifted here (as LBNL NHC only resumes nodes whose reason it
-wrote), a degraded GPU is not drained, and a GPU that could not be read keeps what it has.
+wrote), a degraded GPU is not drained, and a GPU that could not be read keeps what it has. A
+card an admin drained is drained by health too when it fails: each drain is lifted on its own.
 Nothing here prints.
 """
 
@@ -52,26 +53,25 @@ def gpu_rows(results: Sequence[Any], now: float | None = None) -> list[dict[str,
 class DrainPlan:
     drain: list[tuple[str, str]] = field(default_factory=list)  # (card, reason)
     lift: list[str] = field(default_factory=list)
-    kept: list[tuple[str, str]] = field(default_factory=list)  # (card, why left alone)
 
 
-def plan(rows: Sequence[Mapping[str, Any]], drains: Mapping[str, Mapping[str, Any]]) -> DrainPlan:
+def plan(
+    rows: Sequence[Mapping[str, Any]], drains: Mapping[str, Mapping[str, Mapping[str, Any]]]
+) -> DrainPlan:
     """What `health --drain` changes, given the rows and the ledger's drains (target ->
-    drain record with "source" and "reason")."""
+    source -> drain record with "reason"). Only the health check's own drain of a card is
+    looked at: an admin's drain of the same card neither stops a failed card's health drain
+    (it is recorded beside it, and outlives the admin's `undrain`) nor is ever lifted."""
     out = DrainPlan()
     for row in rows:
         target = str(row["card"])
-        current = drains.get(target)
+        current = (drains.get(target) or {}).get(SOURCE)
         verdict = row["verdict"]
         if verdict == "failed":
             reason = _reason(row)
-            if current is None:
-                out.drain.append((target, reason))
-            elif current.get("source") != SOURCE:
-                out.kept.append((target, f"drained by {current.get('source')}: left as it is"))
-            elif current.get("reason") != reason:
-                out.drain.append((target, reason))  # the health drain's reason changes
-        elif verdict == "ok" and current is not None and current.get("source") == SOURCE:
+            if current is None or current.get("reason") != reason:
+                out.drain.append((target, reason))  # new, or the health drain's reason changes
+        elif verdict == "ok" and current is not None:
             out.lift.append(target)
     return out
 

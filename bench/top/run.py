@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from gpupoolctl.board.follow import Follower  # noqa: E402
 from gpupoolctl.board.frame import FrameBuilder, build_frame  # noqa: E402
 from gpupoolctl.ledger import Ledger, pool_report  # noqa: E402
+from gpupoolctl.sched.unavailable import blocks  # noqa: E402
 
 SITES = ("singapore", "dubai", "frankfurt", "virginia")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -231,7 +232,7 @@ def in_process(path: Path, frames: int, *, settle: bool = True) -> dict[str, Any
         console.print(render(frame, Ui(), 200, 60))
         pictures.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        pool_report(view.state, view.now)
+        pool_report(view.state, view.now, blocked=blocks(view.state))
         peers.append(time.perf_counter() - t0)
     out.update(
         poll_ms=median_ms(polls),

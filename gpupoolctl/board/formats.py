@@ -16,7 +16,14 @@ QUEUE_HEADERS = ("id", "owner", "team", "priority", "waited", "wants", "why it w
 
 SPARK = "▁▂▃▄▅▆▇█"
 # A slice's state as one character: readable without colour (NO_COLOR, mail, CI logs).
-STATE_MARKS = {"held": "#", "free": ".", "re-cutting": "~", "drained": "x"}
+STATE_MARKS = {
+    "held": "#",
+    "free": ".",
+    "re-cutting": "~",
+    "drained": "x",
+    "lost": "!",
+    "blocked": "?",
+}
 
 
 def sparkline(values: Sequence[float | None]) -> str:

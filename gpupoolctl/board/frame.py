@@ -21,9 +21,10 @@ from gpupoolctl.board.events import Event
 from gpupoolctl.errors import UsageError
 from gpupoolctl.ledger.state import JOB_HOLDING, State, card_key
 from gpupoolctl.ledger.units import parse_ts
+from gpupoolctl.sched.unavailable import KINDS, Finder
 
 # GPU states, worst first: the one a card is drawn in.
-GPU_STATES = ("lost", "failed", "drained", "re-cutting", "busy", "partly held", "free")
+GPU_STATES = ("lost", "failed", "drained", "blocked", "re-cutting", "busy", "partly held", "free")
 FILTER_KEYS = ("host", "owner", "team")
 _DIGITS = re.compile(r"(\d+)")
 
@@ -33,7 +34,7 @@ class SliceCell:
     id: str
     label: str  # what people call it: "1g.10gb", "cpx", "whole"
     memory_mib: int
-    state: str  # free | held | re-cutting | drained
+    state: str  # free | held | lost | drained | blocked | re-cutting (sched.unavailable)
     owner: str | None = None
     job: str | None = None  # the job holding it, else the allocation
     team: str | None = None
@@ -375,10 +376,12 @@ def _slices_by_host(state: State) -> dict[str, list[dict[str, Any]]]:
 @dataclass(frozen=True)
 class _Holders:
     """Per allocation id: its team, and the pending or running job it is the placement of
-    (State.job_holding's answer for every allocation at once: one pass, not one per slice)."""
+    (State.job_holding's answer for every allocation at once: one pass, not one per slice);
+    and what keeps a slice out of placement (sched.unavailable, asked per slice drawn)."""
 
     teams: dict[str, str]
     jobs: dict[str, str]
+    blocks: Finder
 
     @classmethod
     def of(cls, state: State) -> _Holders:
@@ -389,7 +392,7 @@ class _Holders:
             for job in state.jobs.values()
             if job.get("alloc") and job.get("state") in JOB_HOLDING
         }
-        return cls(teams, jobs)
+        return cls(teams, jobs, Finder(state))
 
 
 def _node_row(
@@ -402,7 +405,7 @@ def _node_row(
 ) -> NodeRow:
     site = next((str(e["site"]) for e in entries if e.get("site")), "") or "-"
     node_state, reason = "ok", None
-    drain = state.drains.get(host)
+    drain = state.drain_of(host)
     if host in state.lost:
         node_state, reason = "lost", f"lost since {state.lost[host].get('since')}"
     elif host in state.silent:
@@ -444,15 +447,21 @@ def _gpu_cell(
     if facts and facts.get("memory_total_mib"):
         memory = int(facts["memory_total_mib"])
     held = sum(s.memory_mib for s in slices if s.state == "held")
-    drain = state.drains.get(key)
+    drain = state.drain_of(key)
     states = {s.state for s in slices}
+    found = [b for b in (holders.blocks.of(str(e["id"]), e) for e in entries) if b is not None]
+    worst = min(found, key=lambda b: KINDS.index(b.kind)) if found else None
     reason = None
     if node_state == "lost":
         gpu_state = "lost"
+    elif worst is not None and worst.kind == "card-lost":
+        gpu_state, reason = "lost", worst.why
     elif drain is not None and drain.get("source") == "health":
         gpu_state, reason = "failed", drain.get("reason") or "failed its health check"
     elif drain is not None:
         gpu_state, reason = "drained", drain.get("reason") or f"drained by {drain.get('actor')}"
+    elif worst is not None and worst.state == "blocked":
+        gpu_state, reason = "blocked", worst.why
     elif "re-cutting" in states:
         gpu_state = "re-cutting"
     elif key in state.card_failed and not states & {"held"}:
@@ -488,9 +497,9 @@ def _slice_cell(state: State, now: str, entry: dict[str, Any], holders: _Holders
         entry.get("profile") or ("whole" if entry.get("kind") == "gpu" else entry.get("kind"))
     )
     if holder is None:
-        return SliceCell(
-            slice_id, label, int(entry.get("memory_mib") or 0), state.slice_state(slice_id, now)
-        )
+        block = holders.blocks.of(slice_id, entry)
+        shown = block.state if block is not None else "free"
+        return SliceCell(slice_id, label, int(entry.get("memory_mib") or 0), shown)
     return SliceCell(
         slice_id,
         label,

@@ -30,7 +30,7 @@ th{border-bottom:1px solid #aaa}.num{text-align:right}
 .gpu .name{width:19em;font-family:monospace}
 .s{border:1px solid #888;border-radius:3px;padding:0 5px;font-family:monospace;font-size:12px}
 .held{background:#f4b183}.free{background:#c9e7c1}.re-cutting{background:#ffe699}
-.drained{background:#d0d0d0}.failed,.lost{background:#f08080}
+.drained{background:#d0d0d0}.failed,.lost{background:#f08080}.blocked{background:#ffd966}
 .busy{background:#fbe5d6}.partly-held{background:#fff2cc}
 .state{font-size:12px;padding:0 4px;border-radius:3px}.warning{color:#a00;font-weight:bold}
 """

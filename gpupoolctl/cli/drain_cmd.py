@@ -71,46 +71,65 @@ def drain(
     if not targets:
         if reason is not None or now:
             raise UsageError("--reason and --now need a host or card to drain")
-        rows = list(ledger.read().state.drains.values()) if ledger.path.exists() else []
+        state = ledger.read().state if ledger.path.exists() else None
+        rows = [d for held in state.drains.values() for d in held.values()] if state else []
         emit(settings, data=rows, rows=rows, columns=COLUMNS)
         return
     if reason is None:
         raise UsageError("say why with --reason (it is shown with the drain)")
     discover_slices(settings, ledger)  # a fresh ledger learns the pool's hosts and cards first
-    done = drains.drain(ledger, targets, reason)
-    _show(settings, done, list(done.value), "drained")
     if now:
-        _stop_jobs(settings, targets, grace)
+        _drain_now(settings, targets, reason, grace)
+        return
+    done = drains.drain(ledger, targets, reason)
+    _show(settings, done.warnings, list(done.value), "drained")
 
 
-def _stop_jobs(settings: Settings, targets: list[str], grace: float | None) -> None:
+def _drain_now(settings: Settings, targets: list[str], reason: str, grace: float | None) -> None:
+    """Drain and stop what runs there: one transaction decides both (a refusal records
+    nothing), then the jobs are stopped."""
     from gpupoolctl.cli.handles import open_jobs
     from gpupoolctl.cli.jobs_cmd import _finish
-    from gpupoolctl.jobs.draining import stop_drained
+    from gpupoolctl.jobs.draining import drain_now
 
     jobs = open_jobs(settings)
-    for job in stop_drained(jobs, targets, grace):
+    drained, stopped = drain_now(jobs, targets, reason, grace)
+    _show(settings, [], drained, "drained")
+    for job in stopped:
         said = job.get("reason") or job.get("error") or ""
         notice(f"{job['id']}: {job.get('state')}: {said}", quiet=settings.quiet)
     _finish(settings, jobs)
 
 
 def undrain(ctx: typer.Context, targets: Targets = None) -> None:
-    """Lift drains: the hosts or cards take new work again."""
+    """Lift drains: the hosts or cards take new work again.
+
+    An admin's drain is lifted first: a card the health check drained too (it failed while
+    drained for maintenance) stays drained, and is said so; `undrain` it again to put it
+    back to work anyway."""
     from gpupoolctl.ledger import drains
 
     settings: Settings = ctx.obj
     done = drains.undrain(open_ledger(settings), targets or [])
-    rows = [{"target": t} for t in done.value]
-    _show(settings, done, rows, "undrained")
+    rows = []
+    for lifted in done.value:
+        still = lifted.still
+        rows.append({"target": lifted.target, "source": lifted.source, "still": still})
+        if still is not None:
+            warn(
+                f"{lifted.target} is still drained by {still['source']} since {still['ts']}: "
+                f"{still['reason']} (`gpupoolctl undrain {lifted.target}` again lifts it)"
+            )
+    _show(settings, done.warnings, rows, "undrained")
 
 
-def _show(settings: Settings, done: Any, rows: list[dict[str, Any]], verb: str) -> None:
-    for message in done.warnings:
+def _show(settings: Settings, warnings: list[str], rows: list[dict[str, Any]], verb: str) -> None:
+    for message in warnings:
         warn(message)
     if settings.resolved_output() is OutputFormat.table:
         for row in rows:
             why = f": {row['reason']}" if row.get("reason") else ""
             print(f"{verb} {row['target']}{why}")
         return
-    emit(settings, data=rows, rows=rows, columns=COLUMNS if verb == "drained" else COLUMNS[:1])
+    columns = COLUMNS if verb == "drained" else (COLUMNS[0], COLUMNS[2])
+    emit(settings, data=rows, rows=rows, columns=columns)

@@ -550,7 +550,7 @@ def slurm(
         placeholder_dir=placeholder_dir,
         cpus=cpus,
         real_memory_mib=real_memory,
-        drains=view.state.drains,
+        drains={target: view.state.drain_of(target) or {} for target in view.state.drains},
     )
     for message in config.warnings:
         warn(message)

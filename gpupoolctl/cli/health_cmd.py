@@ -117,10 +117,4 @@ def _apply_drains(settings: Settings, rows: list[dict[str, Any]]) -> dict[str, A
         lifted = list(done.value)
         for target in lifted:
             notice(f"undrained {target}: healthy again", quiet=settings.quiet)
-    for target, why in plan.kept:
-        notice(f"{target}: failed, {why}", quiet=settings.quiet)
-    return {
-        "drained": drained,
-        "undrained": lifted,
-        "kept": [{"target": t, "why": w} for t, w in plan.kept],
-    }
+    return {"drained": drained, "undrained": lifted}

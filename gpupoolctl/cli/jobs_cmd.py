@@ -875,8 +875,9 @@ def cancel(
         typer.Option(
             "--forget",
             help="Do not ask its node: record the job failed and release its slices now. "
-            "For a job whose node is gone for good (whatever still runs there is not "
-            "stopped).",
+            "For a job whose node is gone for good: what still runs there is killed when "
+            "the node answers a `schedule` or `jobs` pass, and its slices take no new work "
+            "until then.",
         ),
     ] = False,
     backend: BackendOption = "pool",
@@ -904,7 +905,10 @@ def cancel(
         from gpupoolctl.ledger import current_user
 
         job = forget_job(jobs, job_id, who=current_user())
-        warn(f"{job_id}: forgotten; its node was not asked (a process left there runs on)")
+        warn(
+            f"{job_id}: forgotten; its node was not asked: a run left there is killed when "
+            "the node answers a `schedule` or `jobs` pass, and its slices take no work until"
+        )
         data = _rows([job])[0]
         if settings.resolved_output() is OutputFormat.table:
             print(f"forgot {job_id}: {job.get('error')}")

@@ -112,6 +112,7 @@ SLICE_COLUMNS = (
     Column("owner", "OWNER"),
     Column("alloc", "ALLOC"),
     Column("expires", "EXPIRES"),
+    Column("why", "WHY"),
 )
 SLICE_CSV_COLUMNS = tuple(
     Column(k, k)
@@ -126,6 +127,7 @@ SLICE_CSV_COLUMNS = tuple(
         "alloc",
         "expires",
         "uuid",
+        "why",
     )
 )
 
@@ -169,6 +171,7 @@ def pool(
     """
     from gpupoolctl.cli import pool as hosts_pool
     from gpupoolctl.ledger import pool_report
+    from gpupoolctl.sched.unavailable import blocks
 
     settings: Settings = ctx.obj
     ledger = open_ledger(settings)
@@ -200,7 +203,7 @@ def pool(
     _warn_all(view.warnings)
     if no_refresh and not settings.limit and host is not None:
         shown = wanted({s["host"] for s in view.state.slices.values()})
-    report = pool_report(view.state, view.now, shown, free_only=free)
+    report = pool_report(view.state, view.now, shown, blocked=blocks(view.state), free_only=free)
     data = {"ledger": str(ledger.path), **report}
     if summary:
         rows = [_summary_row(n) for n in data["nodes"]]
@@ -581,10 +584,19 @@ def repair(ctx: typer.Context) -> None:
     History problems that `ledger verify` reports (a release of an allocation that was not
     held, say, written by an older version) are recorded as known in a `repair` record, so
     verify is clean again; the records themselves stay. Two live holders of one slice are
-    not history: cancel or release one of them."""
+    not history: cancel or release one of them.
+
+    A damaged line that was a live hold (an `alloc` no later record ended) is named: its
+    slices stay out of placement until a pool admin releases it (`release ID`)."""
     settings: Settings = ctx.obj
     result = open_ledger(settings).repair().value
     data = result.to_dict()
+    for hold in result.holds:  # on stderr whatever the format: it needs a person
+        warn(
+            f"quarantined {hold['id']} ({hold['owner']}), a live hold of "
+            f"{', '.join(hold['slices'])}: its slices stay out of placement until a pool "
+            f"admin releases it (`gpupoolctl release {hold['id']}`)"
+        )
     if settings.resolved_output() is OutputFormat.table:
         if not result.repaired:
             print("nothing to repair")
@@ -594,6 +606,9 @@ def repair(ctx: typer.Context) -> None:
             parts += [f"kept {result.kept} record(s)", f"quarantined {result.quarantined} line(s)"]
         if result.quarantine:
             parts.append(f"in {result.quarantine}")
+        if result.holds:
+            ids = ", ".join(hold["id"] for hold in result.holds)
+            parts.append(f"kept the slices of quarantined hold(s) {ids} out of placement")
         if result.snapshot_rebuilt:
             parts.append("rebuilt the snapshot from the archives")
         if result.gaps:

@@ -45,11 +45,14 @@ SLICE_STYLES = {
     "free": "black on green",
     "re-cutting": "black on magenta",
     "drained": "white on grey37",
+    "lost": "white on red",
+    "blocked": "black on yellow",
 }
 GPU_STYLES = {
     "lost": "bold red",
     "failed": "bold red",
     "drained": "grey50",
+    "blocked": "yellow",
     "re-cutting": "magenta",
     "busy": "dark_orange",
     "partly held": "yellow",

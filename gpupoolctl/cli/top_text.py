@@ -77,7 +77,7 @@ def frame_text(frame: Frame, width: int = 120, *, events: int = 15) -> str:
     if not frame.sites:
         lines += ["", "no nodes" + (" match the filter" if frame.filter else " in the ledger yet")]
     if width < NARROW:
-        lines += ["", "slices: # held  . free  ~ re-cutting  x drained"]
+        lines += ["", "slices: # held  . free  ~ re-cutting  x drained  ! lost  ? blocked"]
     lines += ["", f"RUNNING ({len(frame.jobs)})"]
     lines += _table(JOB_HEADERS, job_cells(frame, most_slices=2), "llllrll")
     lines += ["", f"QUEUE ({frame.totals.queued}, head)"]

@@ -58,11 +58,15 @@ def node_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def ledger_slices(state: State, now: str) -> dict[str, list[dict[str, Any]]]:
-    """Per host, its slices as the ledger knows them, each with its state (free or held)."""
+    """Per host, its slices as the ledger knows them, each with its state (free, held, or
+    why it is out of placement: sched.unavailable)."""
+    from gpupoolctl.sched.unavailable import Finder
+
+    finder = Finder(state)
     by_host: dict[str, list[dict[str, Any]]] = {}
     for slice_id, entry in state.slices.items():
         item = {key: entry.get(key) for key in SLICE_FIELDS}
-        item["state"] = state.slice_state(slice_id, now)
+        item["state"] = finder.state_of(slice_id, now)
         by_host.setdefault(str(entry.get("host")), []).append(item)
     for items in by_host.values():
         items.sort(key=lambda s: (s["gpu"] if isinstance(s["gpu"], int) else -1, str(s["id"])))

@@ -123,13 +123,16 @@ def pool_families(state: State, now: str, read_at: float) -> list[Family]:
         "gpupoolctl_slices",
         "gauge",
         "Slices the ledger knows, by host, kind (gpu, mig, partition, vf), profile and "
-        "state (free or held).",
+        "state (free, held, or lost, drained, blocked, re-cutting).",
     )
     memory = Family(
         "gpupoolctl_slice_memory_bytes",
         "gauge",
         "GPU memory of those slices, by host, kind, profile and state.",
     )
+    from gpupoolctl.sched.unavailable import Finder
+
+    finder = Finder(state)
     counts: Counter[tuple[str, str, str, str]] = Counter()
     mem: Counter[tuple[str, str, str, str]] = Counter()
     for slice_id, entry in state.slices.items():
@@ -137,7 +140,7 @@ def pool_families(state: State, now: str, read_at: float) -> list[Family]:
             str(entry.get("host") or ""),
             str(entry.get("kind") or ""),
             str(entry.get("profile") or entry.get("kind") or ""),  # whole cards: "gpu"
-            state.slice_state(slice_id, now),
+            finder.state_of(slice_id, now),
         )
         counts[key] += 1
         mem[key] += int(entry.get("memory_mib") or 0) * MIB

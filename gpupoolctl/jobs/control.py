@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupoolctl.errors import ExitCode, UsageError
-from gpupoolctl.jobs import reaping, scheduling, stopping, teams
+from gpupoolctl.jobs import lost, reaping, scheduling, stopping, teams
 from gpupoolctl.jobs.errors import JobError, NoSuchJob
 from gpupoolctl.jobs.service import JobsCore, Outcome, find, queued_entries
 from gpupoolctl.ledger import Transaction
@@ -85,8 +85,9 @@ def cancel(
 def forget(jobs: JobsCore, job_id: str, *, who: str) -> dict[str, Any]:
     """End a job in the ledger without asking its node (one that is gone for good): it is
     recorded failed and its slices released in one transaction. What may still run on the
-    node is not stopped: that is the price of not asking. Only its owner or a pool admin
-    may (as for cancel)."""
+    node is fenced, as a lost node's runs are (jobs.lost): its slices take no new work until
+    a pass finds its node answering and kills it there. Only its owner or a pool admin may
+    (as for cancel)."""
 
     def build(tx: Transaction) -> dict[str, Any]:
         current = tx.state.jobs.get(job_id)
@@ -99,8 +100,10 @@ def forget(jobs: JobsCore, job_id: str, *, who: str) -> dict[str, Any]:
         for entry in list(tx.state.queue.values()):
             if entry.get("job") == job_id:
                 tx.append("dequeue", {"id": entry["id"], "reason": "forgotten"})
-        if current.get("state") in ("pending", "running") and current.get("alloc"):
-            tx.release(str(current["alloc"]))
+        if current.get("state") in ("pending", "running"):
+            lost.fence_runs(tx, current)
+            if current.get("alloc"):
+                tx.release(str(current["alloc"]))
         error = f"forgotten by {who} (its node was not asked)"
         ended_now = {"id": job_id, "state": "failed", "error": error, "submitter": None}
         tx.append("job", {**ended_now, **by_admin})

@@ -1,4 +1,4 @@
-"""`drain --now`: stop the jobs running on drained hosts and cards, as a preemption stops
+"""`drain --now`: drain hosts and cards and stop the jobs running there, as a preemption stops
 its victims (SIGTERM, the job's grace or the one given, SIGKILL, reaped), so that a job
 submitted with --requeue is queued again (elsewhere: its old place is drained) and any
 other is recorded cancelled, "preempted by drain of HOST"."""
@@ -14,19 +14,25 @@ from gpupoolctl.ledger import Transaction
 from gpupoolctl.policy.ownership import NotOwner, as_admin, refusal_of_many
 
 
-def stop_drained(
-    jobs: JobsCore, targets: Sequence[str], grace_s: float | None = None
-) -> list[dict[str, Any]]:
-    """Mark and stop every running job with a slice on one of the drained `targets`; the
-    jobs as they ended (requeued, cancelled, or done when they had finished first).
+def drain_now(
+    jobs: JobsCore, targets: Sequence[str], reason: str, grace_s: float | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Drain `targets` and stop every running job with a slice on one of them: (the drains
+    as recorded, the jobs as they ended: requeued, cancelled, or done when they had finished
+    first).
 
-    Another user's job is stopped only by a pool admin (`jobs.admin`; its mark then says
-    `"as_admin": true`): for anyone else the whole call is refused (NotOwner, naming the
-    first few of those jobs) and nothing is marked; the drain itself stays recorded."""
+    The drains and the jobs' stop marks are one transaction: another user's job is stopped
+    only by a pool admin (`jobs.admin`; its mark then says `"as_admin": true`), and for
+    anyone else the whole call is refused (NotOwner, naming the first few of those jobs)
+    with nothing recorded, the drain included."""
+    from gpupoolctl.ledger.drains import reason_text, record_drains
+
+    text = reason_text(reason)
     wanted = set(targets)
     user, admin = jobs.owner, jobs.admin
 
-    def mark(tx: Transaction) -> list[dict[str, Any]]:
+    def build(tx: Transaction) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        drained = record_drains(tx, targets, text)
         state = tx.state
         hits = []
         for job in list(state.jobs.values()):
@@ -40,8 +46,8 @@ def stop_drained(
             f"drain --now {' '.join(targets)}", "stop", "job", works, user=user, admin=admin
         )
         if refused:
-            raise NotOwner(f"{refused}; nothing was stopped (the drain stays recorded)")
-        return [
+            raise NotOwner(f"{refused}; nothing was drained or stopped")
+        victims = [
             stopping.mark_preempted(
                 tx,
                 job,
@@ -51,16 +57,17 @@ def stop_drained(
             )
             for job, hit in hits
         ]
+        return drained, victims
 
-    done = jobs.ledger.write(mark)
+    done = jobs.ledger.write(build)
     jobs.warnings.extend(done.warnings)
-    victims: list[dict[str, Any]] = done.value
+    drained, victims = done.value
     if not victims:
-        return []
+        return drained, []
     stopping.stop(jobs, victims, grace_s)
     reaping.reap(jobs, only={v["id"] for v in victims})
     state = jobs.read().state
-    return [state.jobs.get(v["id"]) or state.finished.get(v["id"]) or v for v in victims]
+    return drained, [state.jobs.get(v["id"]) or state.finished.get(v["id"]) or v for v in victims]
 
 
 def _drain_of(state: Any, job: dict[str, Any], wanted: set[str]) -> str | None:

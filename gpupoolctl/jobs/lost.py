@@ -4,15 +4,17 @@ The reaper's poll is the heartbeat: a host with running jobs whose poll is unrea
 times out is recorded `silent` (since its last answer this process saw, else since this
 poll), and so is a host that a launch could not reach (jobs.launching); one that answers
 again (a poll, or its facts: Ledger.refresh_slices), `answering`. Placement leaves silent
-and lost hosts alone (sched.pool), and every full pass polls them. A host with running
-jobs silent for the health policy's node-dead-after is declared `lost`, in one transaction:
-the host is drained (source `health`, so only this loop lifts it), each of its jobs is
+and lost hosts alone (sched.unavailable), and every full pass polls them. A host with
+running jobs silent for the health policy's node-dead-after is declared `lost`, in one
+transaction: the host is drained (source `health`, beside an admin's drain if any; only
+this loop lifts it), each of its jobs is
 ended as failed "node lost" or requeued when it may restart (jobs.restarts), and only then
 are its slices released. Every run such a job had (on the lost host, and on the other hosts
 of a multi-node job) is *fenced*: polled on every pass until its host answers, then killed
-there and cleared. A run is never recorded as finished after its job moved on (the reaper
-looks only at a job's current run), so nothing runs twice and no output is taken from a
-stale run. A lost host that answers with no fence left has `returned`; with
+there and cleared; its slices take no new work meanwhile. `cancel --forget` fences the runs
+of the job it forgets the same way. A run is never recorded as finished after its job moved
+on (the reaper looks only at a job's current run), so nothing runs twice and no output is
+taken from a stale run. A lost host that answers with no fence left has `returned`; with
 return-to-service auto its automatic drain is lifted.
 """
 
@@ -143,12 +145,10 @@ def _declare_lost(
 
     tx.append("host", {"host": host, "state": "lost", "since": since, "why": why})
     reason = f"{LOST_REASON}: no answer since {since} ({why})"
-    drain = tx.state.drains.get(host)
-    if drain is None or drain.get("source") == "health":  # an admin's drain is left as it is
-        tx.append(
-            "drain",
-            {"target": host, "state": "drained", "reason": reason[:200], "source": "health"},
-        )
+    # Beside an admin's drain, if any: each is lifted on its own.
+    tx.append(
+        "drain", {"target": host, "state": "drained", "reason": reason[:200], "source": "health"}
+    )
     detail = f"{host} did not answer for {duration_text(round(silent_s))}"
     ended = []
     for job in list(tx.state.jobs.values()):
@@ -157,20 +157,27 @@ def _declare_lost(
         nodes = job.get("nodes") or []
         if not any(n["host"] == host for n in nodes):
             continue
-        for node in nodes:  # the other hosts' runs too: the job goes on as a whole or not
-            tx.append(
-                "fence",
-                {
-                    "host": node["host"],
-                    "node_id": node["node_id"],
-                    "job": job["id"],
-                    "state": "fenced",
-                },
-            )
+        fence_runs(tx, job)  # the other hosts' runs too: the job goes on as a whole or not
         tx.release(job["alloc"])
         _end(jobs, tx, job, detail)
         ended.append(job["id"])
     return {"event": "node-lost", "host": host, "since": since, "jobs": ended}
+
+
+def fence_runs(tx: Transaction, job: dict[str, Any]) -> None:
+    """Fence every run of `job` (each of its nodes): killed when its host answers, its slices
+    kept out of placement until then (sched.unavailable)."""
+    for node in job.get("nodes") or []:
+        tx.append(
+            "fence",
+            {
+                "host": node["host"],
+                "node_id": node["node_id"],
+                "job": job["id"],
+                "slices": list(node.get("slices") or []),
+                "state": "fenced",
+            },
+        )
 
 
 def _kill_fenced(jobs: JobsCore, found: Heard) -> list[dict[str, Any]]:
@@ -218,15 +225,14 @@ def _returned(tx: Transaction, found: Heard, health: HealthPolicy) -> list[dict[
     events = []
     for host in sorted(set(state.lost) & set(found.answered) - fenced_hosts):
         tx.append("host", {"host": host, "state": "returned"})
-        drain = state.drains.get(host)
+        drain = state.drains.get(host, {}).get("health")
         lifted = (
             health.return_to_service == "auto"
             and drain is not None
-            and drain.get("source") == "health"
             and str(drain.get("reason", "")).startswith(LOST_REASON)
         )
-        if lifted:
-            tx.append("drain", {"target": host, "state": "undrained"})
+        if lifted:  # the loss's own drain only: an admin's stays
+            tx.append("drain", {"target": host, "state": "undrained", "source": "health"})
         events.append({"event": "node-returned", "host": host, "undrained": lifted})
     return events
 

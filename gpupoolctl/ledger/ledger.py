@@ -158,10 +158,14 @@ class Transaction:
         return self._add(op, data)
 
     def release(self, alloc_id: str) -> bool:
-        """Record the end of `alloc_id` when it is still held; False (nothing written) when it
-        is not (it expired in this very transaction, or an older version let it go early):
-        a release of what is not held would leave a history that never verifies."""
+        """Record the end of `alloc_id` when it is still held (a hold `ledger repair`
+        quarantined included: a job ending ends it); False (nothing written) when it is not
+        (it expired in this very transaction, or an older version let it go early): a
+        release of what is not held would leave a history that never verifies."""
         expiring = not self.records and alloc_id in self._expired  # the first append ends it
+        if alloc_id in self.state.quarantined and alloc_id not in self.state.allocations:
+            self.append("release", {"id": alloc_id})
+            return True
         if alloc_id not in self.state.allocations or expiring:
             return False
         self.append("release", {"id": alloc_id})
@@ -254,6 +258,34 @@ class _OpenJournal:
     def __del__(self) -> None:
         with suppress(Exception):  # at interpreter exit there is nothing left to tell
             self.close()
+
+
+def _release_quarantined(
+    tx: Transaction, alloc_id: str, user: str | None, admin: bool
+) -> Allocation:
+    """Release a hold whose record `ledger repair` quarantined: a pool admin's call (who it
+    was is read from a damaged line), or a library caller's (`user` None)."""
+    hold = tx.state.quarantined[alloc_id]
+    if user is not None and not admin:
+        raise NotOwner(
+            f"release {alloc_id}: its record was quarantined by `ledger repair` (it named "
+            f"{hold.get('owner')}); only a pool admin may release it"
+        )
+    data: dict[str, Any] = {"id": alloc_id, "quarantined": True}
+    if user is not None:
+        data["as_admin"] = True
+    tx.append("release", data)
+    slices = [str(s) for s in hold.get("slices") or ()]
+    return Allocation(
+        id=alloc_id,
+        owner=str(hold.get("owner") or "?"),
+        slices=slices,
+        uuids=[None] * len(slices),
+        created=str(hold.get("ts") or tx.now),
+        expires=None,
+        seq=int(hold.get("seq") or 0),
+        actor=tx.ledger.actor,
+    )
 
 
 class Ledger:
@@ -597,9 +629,18 @@ class Ledger:
 
     # -- operations -----------------------------------------------------------------------
 
-    def refresh_slices(self, hosts: list[str], slices: list[dict[str, Any]]) -> Done:
+    def refresh_slices(
+        self,
+        hosts: list[str],
+        slices: list[dict[str, Any]],
+        pids: dict[str, list[int]] | None = None,
+    ) -> Done:
         """Replace the slices of `hosts` with `slices`; writes only when something changed.
-        The hosts answered (their facts are these): one recorded silent answers again."""
+        The hosts answered (their facts are these): one recorded silent answers again. A
+        card read as lost keeps the slices known of it, marked lost. `pids` (slice id ->
+        the pids the nodes show there): the slices where some process is not the ledger's
+        (ledger.slices.accounted_by, decided under the lock) are marked `stray_pids`."""
+        from gpupoolctl.ledger.slices import accounted_by, keep_lost_cards, mark_strays
 
         def build(tx: Transaction) -> bool:
             wanted = set(hosts)
@@ -607,21 +648,26 @@ class Ledger:
             for host in answering:
                 tx.append("host", {"host": host, "state": "answering"})
             current = [s for s in tx.state.slices.values() if s["host"] in wanted]
-            if sorted(current, key=lambda s: s["id"]) == sorted(slices, key=lambda s: s["id"]):
+            fresh = keep_lost_cards(slices, current)
+            if pids is not None:
+                fresh = mark_strays(fresh, pids, accounted_by(tx.state, tx.now))
+            if sorted(current, key=lambda s: s["id"]) == sorted(fresh, key=lambda s: s["id"]):
                 return bool(answering)
-            tx.append("slices", {"hosts": sorted(wanted), "slices": slices})
+            tx.append("slices", {"hosts": sorted(wanted), "slices": fresh})
             return True
 
         return self.write(build)
 
     def refresh_from_facts(self, results: Iterable[Any]) -> Done:
         """Record the slices of every host whose facts came back (HostResult-like: .name,
-        .ok, .data); hosts that failed keep the slices recorded before."""
-        from gpupoolctl.ledger.slices import slices_from_facts
+        .ok, .data), with the processes the nodes show on them; hosts that failed keep the
+        slices recorded before."""
+        from gpupoolctl.ledger.slices import pids_from_facts, slices_from_facts
 
         good = [r for r in results if r.ok]
         slices = [s for r in good for s in slices_from_facts(r.name, r.data)]
-        return self.refresh_slices([r.name for r in good], slices)
+        pids = {k: v for r in good for k, v in pids_from_facts(r.name, r.data).items()}
+        return self.refresh_slices([r.name for r in good], slices, pids)
 
     def alloc(
         self,
@@ -688,6 +734,8 @@ class Ledger:
 
         def build(tx: Transaction) -> Allocation:
             alloc = tx.state.allocations.get(alloc_id)
+            if alloc is None and alloc_id in tx.state.quarantined:
+                return _release_quarantined(tx, alloc_id, user, admin)
             if alloc is None or alloc.expired(tx.now):
                 raise LedgerError(self._not_held(tx.state, alloc_id, alloc))
             job = tx.state.job_holding(alloc_id)

@@ -10,6 +10,7 @@ import base64
 import gzip
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,9 @@ class RepairResult:
     quarantine: str | None = None
     # History problems (seq, message) that this repair recorded as known.
     acknowledged: list[dict[str, Any]] = field(default_factory=list)
+    # Live holds whose `alloc` record was among the quarantined lines ({id, owner, slices,
+    # seq}): their slices stay out of placement until a pool admin releases them.
+    holds: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -115,6 +119,9 @@ def repair(
                 quarantine.append(_entry(now, number, offset, raw, bad.reason, bad.seq))
             elif terminated:
                 kept.append(raw + b"\n")
+    holds = live_holds(
+        [q["raw_b64"] for q in quarantine if q["line"] in bad_lines], loaded.state, now
+    )
     last_good = scan.last_seq
     hints = [b.seq for b in scan.bad if b.seq is not None and b.seq < 10**15]
     next_seq = max([last_good, *hints]) + 1
@@ -133,6 +140,7 @@ def repair(
             "lines": [q["line"] for q in quarantine],
             "file": paths.quarantine.name,
             "gaps": declared,
+            **({"holds": holds} if holds else {}),
         },
     )
     if quarantine:
@@ -144,7 +152,77 @@ def repair(
     result.torn_removed = scan.torn is not None and torn_size > 0
     result.gaps = declared
     result.quarantine = str(paths.quarantine) if quarantine else None
+    result.holds = holds
     return result
+
+
+def live_holds(damaged: list[str], state: State, now: str) -> list[dict[str, Any]]:
+    """The holds among damaged lines (base64 of their bytes) that were live: an `alloc`
+    record whose id, owner and slices can still be read, that no good record ended (a later
+    release or expiry of it would be a replay problem naming it), not expired by `now`;
+    its slices that no live allocation holds now. {id, owner, slices, seq} each."""
+    ended = {str(p.get("alloc")) for p in state.problems if p.get("alloc")}
+    found = []
+    for text in damaged:
+        hold = _salvage_alloc(base64.b64decode(text).decode("utf-8", errors="replace"))
+        if hold is None or hold["id"] in ended or hold["id"] in state.allocations:
+            continue
+        if hold.get("expires") and str(hold["expires"]) <= now:
+            continue
+        if not re.fullmatch(r"a-\d+", hold["id"]):
+            continue
+        free = [s for s in hold["slices"] if s in state.slices and state.holder(s, now) is None]
+        if free:
+            # Read from a damaged line: one printable line, however it was damaged.
+            owner = "".join(c if c.isprintable() else "?" for c in hold["owner"])[:64]
+            kept = {"id": hold["id"], "owner": owner, "slices": free, "seq": hold["seq"]}
+            found.append(kept)
+    return found
+
+
+_FIELD = r'"{}"\s*:\s*'
+
+
+def _salvage_alloc(text: str) -> dict[str, Any] | None:
+    """What a damaged line says of an `alloc` record, or None: as JSON when it still parses
+    (a checksum that no longer matches), else read field by field."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = None
+    if isinstance(record, dict) and isinstance(record.get("data"), dict):
+        data = record["data"]
+        if record.get("op") != "alloc" or not isinstance(data.get("slices"), list):
+            return None
+        return {
+            "id": str(data.get("id") or f"a-{record.get('seq')}"),
+            "owner": str(data.get("owner") or "?"),
+            "slices": [str(s) for s in data["slices"]],
+            "seq": record.get("seq") if isinstance(record.get("seq"), int) else None,
+            "expires": data.get("expires"),
+        }
+    if not re.search(_FIELD.format("op") + r'"alloc"', text):
+        return None
+    found = {
+        key: re.search(_FIELD.format(key) + pattern, text)
+        for key, pattern in (
+            ("id", r'"(a-\d+)"'),
+            ("owner", r'"([^"\\]*)"'),
+            ("slices", r"\[([^\]]*)\]"),
+            ("seq", r"(\d+)"),
+        )
+    }
+    if found["id"] is None or found["slices"] is None:
+        return None
+    slices = re.findall(r'"([^"\\]+)"', found["slices"].group(1))
+    owner, seq = found["owner"], found["seq"]
+    return {
+        "id": found["id"].group(1),
+        "owner": owner.group(1) if owner else "?",
+        "slices": slices,
+        "seq": int(seq.group(1)) if seq else None,
+        "expires": None,
+    }
 
 
 def set_aside(

@@ -4,7 +4,7 @@ on slices that no longer exist. Plain data; rendering is the caller's."""
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from gpupoolctl.ledger.state import State
@@ -13,12 +13,18 @@ _DIGITS = re.compile(r"(\d+)")
 
 
 def slice_rows(
-    state: State, now: str, hosts: Collection[str] | None = None
+    state: State,
+    now: str,
+    hosts: Collection[str] | None = None,
+    *,
+    blocked: Mapping[str, Any],
 ) -> list[dict[str, Any]]:
     """One dict per slice (host, slice, kind, profile, memory_mib, state, owner, alloc,
-    expires, uuid), grouped by host in ledger order, each host's slices in fit order.
-    `hosts`: only these hosts (None: all). `state` is "held", "re-cutting" (its card is
-    reserved for an elastic re-cut) or "free" as of `now`."""
+    expires, uuid, why), grouped by host in ledger order, each host's slices in fit order.
+    `hosts`: only these hosts (None: all). `blocked`: what keeps slices out of placement
+    (sched.unavailable.blocks: slice id -> a Block, with .state and .why). `state` is "held"
+    as of `now`, else the block's state (lost, drained, blocked, re-cutting), else "free";
+    `why` is the block's reason, held or not."""
     rows = []
     by_host: dict[str, list[dict[str, Any]]] = {}
     for entry in state.slices.values():
@@ -27,6 +33,8 @@ def slice_rows(
     for host in by_host:
         for entry in sorted(by_host[host], key=lambda s: _natural(s["id"])):
             holder = state.holder(entry["id"], now)
+            block = blocked.get(entry["id"])
+            shown = "held" if holder else (block.state if block else "free")
             rows.append(
                 {
                     "host": host,
@@ -34,11 +42,12 @@ def slice_rows(
                     "kind": entry.get("kind"),
                     "profile": entry.get("profile"),
                     "memory_mib": entry.get("memory_mib"),
-                    "state": state.slice_state(entry["id"], now),
+                    "state": shown,
                     "owner": holder.owner if holder else None,
                     "alloc": holder.id if holder else None,
                     "expires": holder.expires if holder else None,
                     "uuid": entry.get("uuid"),
+                    "why": block.why if block else None,
                 }
             )
     return rows
@@ -50,7 +59,12 @@ def shape_of(row: dict[str, Any]) -> str:
 
 
 def pool_report(
-    state: State, now: str, hosts: Collection[str] | None = None, *, free_only: bool = False
+    state: State,
+    now: str,
+    hosts: Collection[str] | None = None,
+    *,
+    blocked: Mapping[str, Any],
+    free_only: bool = False,
 ) -> dict[str, Any]:
     """{"seq", "now", "nodes", "orphans"}: per node its slice counts (total, free, held),
     its free slices per shape and free memory, and its slices (as `slice_rows`, same order;
@@ -58,7 +72,7 @@ def pool_report(
     allocation holding a slice that no longer exists) its alloc, owner, slice and a message
     for the user."""
     nodes: dict[str, dict[str, Any]] = {}
-    for row in slice_rows(state, now, hosts):
+    for row in slice_rows(state, now, hosts, blocked=blocked):
         node = nodes.setdefault(
             row["host"],
             {

@@ -18,28 +18,54 @@ and re-created at the same place has a new MIG uuid, and that too ends a hold.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from gpupoolctl.hw.topology import islands
+from gpupoolctl.ledger.state import State, card_key
 
 KINDS = ("gpu", "mig", "partition", "vf")
 
 
 def slices_from_facts(host: str, facts: dict[str, Any]) -> list[dict[str, Any]]:
+    return [entry for entry, _ in _host_slices(host, facts)]
+
+
+def pids_from_facts(host: str, facts: dict[str, Any]) -> dict[str, list[int]]:
+    """Slice id -> the pids the node shows running there (only slices with some): a MIG
+    instance's own processes (one the driver did not attribute to an instance counts on
+    every instance of its card), a whole card's or an AMD partition's all of them; none for
+    an SR-IOV function (its processes run in a guest the node does not see)."""
+    return {entry["id"]: pids for entry, pids in _host_slices(host, facts) if pids}
+
+
+def _host_slices(host: str, facts: dict[str, Any]) -> list[tuple[dict[str, Any], list[int]]]:
     gpus = facts.get("gpus", [])
     # The link matrix rows follow the facts' GPU order; a slice inherits its GPU's island.
     matrix = (facts.get("topology") or {}).get("matrix") or []
     numbers = islands(matrix) if len(matrix) == len(gpus) else list(range(len(gpus)))
     site = facts.get("site")
-    found: list[dict[str, Any]] = []
+    found: list[tuple[dict[str, Any], list[int]]] = []
     for gpu, number in zip(gpus, numbers, strict=True):
         found.extend(_gpu_slices(host, gpu, f"{host}/island{number}", site))
     return found
 
 
+def _pids(processes: list[dict[str, Any]], gi_id: Any = None) -> list[int]:
+    """The pids of `processes` (on `gi_id`'s instance, and those of no known instance)."""
+    return sorted(
+        {
+            int(p["pid"])
+            for p in processes
+            if p.get("pid") is not None
+            and (gi_id is None or p.get("gpu_instance_id") in (None, gi_id))
+        }
+    )
+
+
 def _gpu_slices(
     host: str, gpu: dict[str, Any], island: str, site: Any = None
-) -> list[dict[str, Any]]:
+) -> list[tuple[dict[str, Any], list[int]]]:
     base = f"{host}/gpu{gpu['index']}"
     common = {
         "island": island,
@@ -52,6 +78,9 @@ def _gpu_slices(
         "model": gpu.get("model"),
         "bandwidth_class": gpu.get("bandwidth_class"),
     }
+    if (gpu.get("health") or {}).get("lost") is True:
+        common["lost"] = True  # the driver reports the card lost: nothing is placed on it
+    processes = list(gpu.get("processes") or [])
     total = gpu.get("memory_total_mib") or 0
     mig = gpu.get("mig") or {}
     if mig.get("mode") == "enabled":
@@ -59,34 +88,36 @@ def _gpu_slices(
         slices = []
         for gi in sorted(mig.get("instances", []), key=lambda g: g["placement_start"]):
             devices = [ci["uuid"] for ci in gi.get("compute_instances", []) if ci.get("uuid")]
-            slices.append(
-                {
-                    "id": f"{base}/mig-{gi['profile']}@{gi['placement_start']}",
-                    "kind": "mig",
-                    "profile": gi["profile"],
-                    "memory_mib": gi.get("memory_mib") or 0,
-                    # The card's own memory: what it is whole (elastic re-cuts merge to it).
-                    "gpu_memory_mib": total,
-                    "uuid": devices[0] if devices else f"{gpu.get('uuid')}/gi{gi['gi_id']}",
-                    "devices": devices,
-                    **common,
-                }
-            )
+            entry = {
+                "id": f"{base}/mig-{gi['profile']}@{gi['placement_start']}",
+                "kind": "mig",
+                "profile": gi["profile"],
+                "memory_mib": gi.get("memory_mib") or 0,
+                # The card's own memory: what it is whole (elastic re-cuts merge to it).
+                "gpu_memory_mib": total,
+                "uuid": devices[0] if devices else f"{gpu.get('uuid')}/gi{gi['gi_id']}",
+                "devices": devices,
+                **common,
+            }
+            slices.append((entry, _pids(processes, gi.get("gi_id"))))
         return slices
     sriov = gpu.get("sriov") or {}
     vfs = int(sriov.get("num_vfs") or 0)
     if vfs > 0:
         return [
-            {
-                "id": f"{base}/vf{k}",
-                "kind": "vf",
-                "profile": f"vf/{vfs}",
-                "memory_mib": total // vfs,
-                "gpu_memory_mib": total,  # the card's: a VF is 1/vfs of it (usage)
-                "uuid": f"{gpu.get('uuid')}/vf{k}",
-                "devices": [],
-                **common,
-            }
+            (
+                {
+                    "id": f"{base}/vf{k}",
+                    "kind": "vf",
+                    "profile": f"vf/{vfs}",
+                    "memory_mib": total // vfs,
+                    "gpu_memory_mib": total,  # the card's: a VF is 1/vfs of it (usage)
+                    "uuid": f"{gpu.get('uuid')}/vf{k}",
+                    "devices": [],
+                    **common,
+                },
+                [],
+            )
             for k in range(vfs)
         ]
     partition = gpu.get("partition") or {}
@@ -96,14 +127,74 @@ def _gpu_slices(
     # logical GPU 0, as the whole card was, and a hold on the whole card must not quietly
     # become a hold on an eighth of it.
     mode = f"/{str(compute).lower()}-{str(partition.get('memory')).lower()}" if split else ""
-    return [
-        {
-            "id": base + mode,
-            "kind": "partition" if split else "gpu",
-            "profile": f"{compute}/{partition.get('memory')}" if split else None,
-            "memory_mib": total,
-            "uuid": gpu.get("uuid"),
-            "devices": [gpu["uuid"]] if gpu.get("uuid") else [],
-            **common,
-        }
-    ]
+    entry = {
+        "id": base + mode,
+        "kind": "partition" if split else "gpu",
+        "profile": f"{compute}/{partition.get('memory')}" if split else None,
+        "memory_mib": total,
+        "uuid": gpu.get("uuid"),
+        "devices": [gpu["uuid"]] if gpu.get("uuid") else [],
+        **common,
+    }
+    return [(entry, _pids(processes))]
+
+
+def keep_lost_cards(
+    slices: list[dict[str, Any]], known: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """`slices` as a refresh read them, with each card the driver reports lost (`"lost":
+    true`, and nothing else readable: no uuid, no memory, no MIG instances) given back the
+    slices the ledger knew of it, marked lost: a hold on it stays a hold on the same slice,
+    not an orphan, and `pool` shows what the card was. A card never seen before stays as
+    read."""
+    lost = {card_key(e) for e in slices if e.get("lost")}
+    if not lost:
+        return slices
+    before: dict[str | None, list[dict[str, Any]]] = {}
+    for entry in known:
+        if card_key(entry) in lost:
+            before.setdefault(card_key(entry), []).append({**entry, "lost": True})
+    out = [e for e in slices if card_key(e) not in before]
+    for entries in before.values():
+        out.extend(entries)
+    return out
+
+
+def mark_strays(
+    slices: list[dict[str, Any]],
+    pids: dict[str, list[int]],
+    accounted: Callable[[str, int], bool],
+) -> list[dict[str, Any]]:
+    """`slices` with `"stray_pids"` on each slice where the node showed processes that
+    `accounted(slice id, pid)` does not account for (sched.unavailable keeps such a slice out
+    of placement); without it elsewhere."""
+    out = []
+    for entry in slices:
+        strays = [p for p in pids.get(entry["id"], ()) if not accounted(entry["id"], p)]
+        entry = {k: v for k, v in entry.items() if k != "stray_pids"}
+        if strays:
+            entry["stray_pids"] = strays
+        out.append(entry)
+    return out
+
+
+def accounted_by(state: State, now: str) -> Callable[[str, int], bool]:
+    """(slice id, pid) -> whether the ledger accounts for that process there: the slice is
+    held (what a holder runs on it is the holder's), or the pid is a run the ledger knows on
+    that host (a live job's, or one that ended since the node was read: its process may not
+    be gone yet; a forgotten or lost run is fenced, and kept out of placement as such)."""
+    held = {s for alloc in state.active(now).values() for s in alloc.slices}
+    runs: set[tuple[str, int]] = set()
+    for job in [*state.jobs.values(), *state.finished.values()]:
+        for node in job.get("nodes") or ():
+            if node.get("pid"):
+                runs.add((str(node["host"]), int(node["pid"])))
+
+    def accounted(slice_id: str, pid: int) -> bool:
+        if slice_id in held:
+            return True
+        entry = state.slices.get(slice_id)
+        host = str(entry["host"]) if entry else slice_id.split("/", 1)[0]
+        return (host, pid) in runs
+
+    return accounted

@@ -8,6 +8,7 @@ Times are the journal's fixed-width UTC strings, so comparing them as text is co
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -83,15 +84,20 @@ class State:
     card_failed: dict[str, str] = field(default_factory=dict)
     # Re-cuts ended, by outcome ("done", "failed"): what `export prometheus` counts.
     reshape_totals: dict[str, int] = field(default_factory=dict)
-    # Drained hosts and cards ("host" or "host/gpuN") -> {reason, source, actor, ts}: no new
-    # work is placed there (what runs there goes on).
-    drains: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Drained hosts and cards ("host" or "host/gpuN") -> source ("admin", "health") ->
+    # {target, reason, source, actor, ts}: no new work is placed there (what runs there goes
+    # on). A target may be drained by both: each is lifted on its own.
+    drains: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     # Hosts with running jobs that did not answer -> since when (the first poll that failed).
     silent: dict[str, str] = field(default_factory=dict)
     # Hosts declared lost -> {host, since, ts}: their jobs were ended or requeued.
     lost: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Runs to kill when their host answers again, by fence_key(host, node_id).
     fences: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Holds whose `alloc` record `ledger repair` quarantined while they were live, by
+    # allocation id -> {id, owner, slices, seq}: their slices stay out of placement until a
+    # pool admin releases them.
+    quarantined: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Team -> [GiB-seconds held, decayed to ts; ts]: the history fair share weighs (holds
     # that ended; what is held now is counted by the scheduler).
     team_usage: dict[str, list[Any]] = field(default_factory=dict)
@@ -230,7 +236,11 @@ class State:
         return {team: decayed(float(v), str(at), now) for team, (v, at) in self.team_usage.items()}
 
     def _release(self, record: dict[str, Any]) -> None:
-        self._close(record["seq"], str(record["data"]["id"]), "release", record["ts"])
+        alloc_id = str(record["data"]["id"])
+        if alloc_id not in self.allocations and self.quarantined.pop(alloc_id, None):
+            self.closed[alloc_id] = "release"  # a quarantined hold, let go by an admin
+            return
+        self._close(record["seq"], alloc_id, "release", record["ts"])
 
     def _expire(self, record: dict[str, Any]) -> None:
         for alloc_id in record["data"]["ids"]:
@@ -299,19 +309,33 @@ class State:
         self.reshape_totals[status] = self.reshape_totals.get(status, 0) + 1
 
     def _drain(self, record: dict[str, Any]) -> None:
+        """A drain replaces its own source's drain of the target only: an admin's and the
+        health check's stand side by side. An `undrained` record names the source it lifts;
+        one without (written by versions with one drain per target) lifts them all."""
         data = record["data"]
         target, status = str(data["target"]), str(data["state"])
         if status == "drained":
-            self.drains[target] = {
+            source = str(data.get("source") or "admin")
+            self.drains.setdefault(target, {})[source] = {
                 "target": target,
                 "reason": str(data.get("reason") or ""),
-                "source": str(data.get("source") or "admin"),
+                "source": source,
                 "actor": record["actor"],
                 "ts": record["ts"],
             }
         elif status == "undrained":
-            if self.drains.pop(target, None) is None:
-                self._problem(record["seq"], f"undrain of {target}, which is not drained")
+            held = self.drains.get(target, {})
+            source = data.get("source")
+            if not held or (source is not None and str(source) not in held):
+                what = f"{target}'s {source} drain" if source is not None else target
+                self._problem(record["seq"], f"undrain of {what}, which is not drained")
+                return
+            if source is None:
+                held.clear()
+            else:
+                del held[str(source)]
+            if not held:
+                del self.drains[target]
         else:
             self._problem(record["seq"], f"drain of {target}: unknown state {status!r}")
 
@@ -339,18 +363,28 @@ class State:
         key = fence_key(host, node)
         if status == "fenced":
             self.fences[key] = {"host": host, "node_id": node, "job": data.get("job")}
+            if data.get("slices"):  # the slices the run was given (not in older records)
+                self.fences[key]["slices"] = [str(s) for s in data["slices"]]
         elif status == "cleared":
             if self.fences.pop(key, None) is None:
                 self._problem(record["seq"], f"fence of {key} cleared, but it was not fenced")
         else:
             self._problem(record["seq"], f"fence of {key}: unknown state {status!r}")
 
+    def drain_of(self, target: str) -> dict[str, Any] | None:
+        """The drain of a host or card that says most about it (the health check's, which
+        says it failed, before an admin's), or None."""
+        held = self.drains.get(target)
+        if not held:
+            return None
+        return held.get("health") or next(iter(held.values()))
+
     def drained(self, entry: dict[str, Any] | None) -> dict[str, Any] | None:
         """The drain that covers a slice (its card's, else its host's), or None."""
         if not self.drains or not entry:
             return None
         card = card_key(entry)
-        return (self.drains.get(card) if card else None) or self.drains.get(entry["host"])
+        return (self.drain_of(card) if card else None) or self.drain_of(entry["host"])
 
     def _repair(self, record: dict[str, Any]) -> None:
         """A repair declares the seqs lost to damage. Closing an allocation whose record was
@@ -359,6 +393,14 @@ class State:
         repair` of a history that older versions could write): those are forgotten too,
         while the records themselves, and the repair naming them, stay in the journal."""
         data = record["data"]
+        for hold in data.get("holds") or ():
+            self.quarantined[str(hold["id"])] = {
+                "id": str(hold["id"]),
+                "owner": str(hold.get("owner") or "?"),
+                "slices": [str(s) for s in hold.get("slices") or ()],
+                "seq": hold.get("seq"),
+                "ts": record["ts"],
+            }
         lost = [(int(a), int(b)) for a, b in data.get("gaps", [])]
         acknowledged = {int(entry["seq"]) for entry in data.get("acknowledged", [])}
 
@@ -385,9 +427,11 @@ class State:
         return alloc if alloc is not None and not alloc.expired(now) else None
 
     def slice_state(self, slice_id: str, now: str) -> str:
-        """The slice's state at `now`: held while an allocation holds it (an expired one
-        does not), re-cutting while its card is reserved for an elastic re-cut (nothing may
-        take it), free otherwise. What exports and reports show."""
+        """The slice's state at `now` in the ledger's own terms: held while an allocation
+        holds it (an expired one does not), re-cutting while its card is reserved for an
+        elastic re-cut (nothing may take it), drained, free otherwise: what the ledger's
+        own checks ask. Why a slice is out of placement, as placement, `pool`, `top` and the
+        exports see it, is sched.unavailable's (lost cards and nodes, stale runs, ...)."""
         if self.holder(slice_id, now) is not None:
             return "held"
         if self.reshapes and slice_id in self.recutting_slices():
@@ -417,9 +461,6 @@ class State:
                 out[slice_id] = reshape
         self._recutting = (key, out)
         return out
-
-    def free_slices(self, now: str) -> list[dict[str, Any]]:
-        return [s for k, s in self.slices.items() if self.slice_state(k, now) == "free"]
 
     def queue_order(self) -> list[dict[str, Any]]:
         """Highest priority first, then first come first served."""
@@ -505,10 +546,11 @@ class State:
             "card_changed": dict(self.card_changed),
             "card_failed": dict(self.card_failed),
             "reshape_totals": dict(self.reshape_totals),
-            "drains": list(self.drains.values()),
+            "drains": [d for held in self.drains.values() for d in held.values()],
             "silent": dict(self.silent),
             "lost": list(self.lost.values()),
             "fences": list(self.fences.values()),
+            "quarantined": list(self.quarantined.values()),
             "team_usage": dict(self.team_usage),
             "usage_totals": dict(self.usage_totals),
         }
@@ -530,11 +572,15 @@ class State:
         state.card_changed = dict(raw.get("card_changed", {}))
         state.card_failed = dict(raw.get("card_failed", {}))
         state.reshape_totals = dict(raw.get("reshape_totals", {}))
-        state.drains = {d["target"]: dict(d) for d in raw.get("drains", [])}
+        for drain in raw.get("drains", []):
+            source = str(drain.get("source") or "admin")
+            state.drains.setdefault(drain["target"], {})[source] = dict(drain)
         # Written by versions that notice lost nodes; older snapshots have none.
         state.silent = dict(raw.get("silent", {}))
         state.lost = {entry["host"]: dict(entry) for entry in raw.get("lost", [])}
         state.fences = {fence_key(f["host"], f["node_id"]): dict(f) for f in raw.get("fences", [])}
+        # Written by versions that keep quarantined holds; older snapshots have none.
+        state.quarantined = {q["id"]: dict(q) for q in raw.get("quarantined", [])}
         # Written by versions with teams; older snapshots have none.
         state.team_usage = {k: list(v) for k, v in raw.get("team_usage", {}).items()}
         state.usage_totals = {k: list(v) for k, v in raw.get("usage_totals", {}).items()}
@@ -587,7 +633,7 @@ def fence_key(host: str, node_id: str) -> str:
     return f"{host}:{node_id}"
 
 
-def card_key(entry: dict[str, Any] | None) -> str | None:
+def card_key(entry: Mapping[str, Any] | None) -> str | None:
     """The card a slice is on ("host/gpuN", as placement keys GPUs), or None."""
     if not entry or entry.get("gpu") is None:
         return None

@@ -27,6 +27,7 @@ The rules, in the order they are applied:
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -326,14 +327,35 @@ OVERSIZE = 2
 
 
 def hidden_for(request: JobRequest, pool: PoolView, inputs: ElasticInputs) -> list[str]:
-    """Free slices of idle elastic cards that a request must not take, because a re-cut of
-    the card would serve it with far less memory (OVERSIZE): their slice ids (the caller
-    hides them from placement for this request only). Not hidden: a card the policy keeps
-    whole (keep-whole), one no allowed cut of which holds the whole request (a same-node
-    job larger than one card, a job spread over nodes), one that fits the request well."""
+    """Free slices of idle elastic cards that a request must not take (hidden_cards): their
+    slice ids (the caller hides them from placement for this request only)."""
+    return [s for card in hidden_cards(request, pool, inputs) for s in card.slices]
+
+
+def kept_text(cards: Sequence[AnyCard], inputs: ElasticInputs, now: datetime) -> str:
+    """Why the slices of `cards` (hidden_cards) are not offered: "kept to be cut", and when
+    the first of them may be, if it has not been idle for min-idle yet ("in 3m40s")."""
+    waits = []
+    for card in cards:
+        changed = inputs.changed_at(card)
+        if changed is not None:
+            waits.append(inputs.policy.min_idle_s - (now - changed).total_seconds())
+    soonest = min(waits, default=0.0)
+    if soonest <= 0:
+        return "kept to be cut"
+    from gpupoolctl.policy.values import duration_text
+
+    return f"kept to be cut in {duration_text(math.ceil(soonest))} (min-idle)"
+
+
+def hidden_cards(request: JobRequest, pool: PoolView, inputs: ElasticInputs) -> list[AnyCard]:
+    """Idle elastic cards that a request must not take, because a re-cut of the card would
+    serve it with far less memory (OVERSIZE). Not hidden: a card the policy keeps whole
+    (keep-whole), one no allowed cut of which holds the whole request (a same-node job
+    larger than one card, a job spread over nodes), one that fits the request well."""
     if not inputs.policy.enabled:
         return []
-    hidden: list[str] = []
+    hidden: list[AnyCard] = []
     by_rule: dict[int, list[AnyCard]] = {}
     for card in inputs.cards.values():
         # A blocked card (being re-cut, or backing off after a failed re-cut) stays hidden
@@ -358,7 +380,7 @@ def hidden_for(request: JobRequest, pool: PoolView, inputs: ElasticInputs) -> li
             peers = by_rule.setdefault(id(rule), _rule_cards(inputs, rule))
             if not _cuttable_whole(card, rule, peers, 0):
                 continue
-        hidden.extend(card.slices)
+        hidden.append(card)
     return hidden
 
 
@@ -700,7 +722,9 @@ __all__ = [
     "RecutReach",
     "candidates",
     "glob_hosts",
+    "hidden_cards",
     "hidden_for",
+    "kept_text",
     "plan_recuts",
     "recut_reach",
     "smallest_profile",

@@ -74,3 +74,9 @@ def group(
 def picked(ids: Sequence[str], hosts: Sequence[str], waste: int) -> str:
     where = f"on {len(hosts)} host(s): {', '.join(hosts)}"
     return f"placed {len(ids)} slice(s) {where}; waste {gib(waste)}"
+
+
+def not_free(taken: Sequence[tuple[str, int]]) -> str:
+    """ ": 4 held, 4 drained, 8 on a lost node": why the matching slices that are not free
+    are not ("" when all are free)."""
+    return (": " + ", ".join(f"{n} {why}" for why, n in taken)) if taken else ""

@@ -29,6 +29,7 @@ from gpupoolctl.sched.policies import (
 )
 from gpupoolctl.sched.pool import PoolView, Slot
 from gpupoolctl.sched.request import JobRequest, host_matches
+from gpupoolctl.sched.unavailable import KINDS, LABELS
 
 
 @dataclass
@@ -237,17 +238,29 @@ def _fewest_hosts(pool: PoolView, request: JobRequest, slots: list[Slot], rule: 
     return chosen
 
 
+def not_free(request: JobRequest, pool: PoolView) -> tuple[int, list[tuple[str, int]]]:
+    """The slices matching the request (host glob included): how many are free, and why the
+    others are not, as (reason, count) pairs: held first, then what keeps them out of
+    placement in sched.unavailable's order, then what this pass keeps aside. The counts and
+    the free ones add up to every matching slice."""
+    free = 0
+    counts: dict[str, int] = {}
+    for slot in pool.all_candidates(request):
+        if pool.is_free(slot.id):
+            free += 1
+        else:
+            why = pool.why_taken(slot.id)
+            counts[why] = counts.get(why, 0) + 1
+    order = {label: n for n, label in enumerate(("held", *(LABELS[k] for k in KINDS)))}
+    ranked = sorted(counts.items(), key=lambda item: (order.get(item[0], len(order)), item[0]))
+    return free, ranked
+
+
 def _no_fit(request: JobRequest, pool: PoolView, tried: list[str | None]) -> NoFit:
     want = request.describe()
     if None in tried:
-        free_now = sum(1 for _ in pool.free_candidates(request))
-        if request.host is None:
-            total = sum(len(s.members) for s in pool.shapes_for(request))
-        else:  # a count of the slices alone, holds aside: computed once per view's slices
-            total = pool.static_cache(
-                ("all", request.static_key(), request.host),
-                lambda: sum(1 for _ in pool.all_candidates(request)),
-            )
+        free_now, taken = not_free(request, pool)
+        total = free_now + sum(n for _, n in taken)
         if total == 0:
             return NoFit(f"no slice in the pool matches {want}", never=True)
         if total < request.gpus:
@@ -256,7 +269,8 @@ def _no_fit(request: JobRequest, pool: PoolView, tried: list[str | None]) -> NoF
                 never=True,
             )
         return NoFit(
-            f"nothing fits {want} now: {free_now} matching slice(s) free of {total}",
+            f"nothing fits {want} now: {free_now} matching slice(s) free of {total}"
+            + explain.not_free(taken),
             never=False,
         )
     level = tried[-1]
@@ -277,6 +291,10 @@ def _no_fit(request: JobRequest, pool: PoolView, tried: list[str | None]) -> NoF
     now = f"the most free on one {level}: {best_now[1]}" + (
         f" on {best_now[0]}" if best_now[1] else ""
     )
+    free_now, taken = not_free(request, pool)
+    total = free_now + sum(n for _, n in taken)
+    if taken:
+        now += f"; {free_now} matching slice(s) free of {total}" + explain.not_free(taken)
     return NoFit(f"nothing fits {want} now: {now}", never=False)
 
 
@@ -288,4 +306,4 @@ def _largest(counts: dict[str, list[tuple[int, int]]]) -> tuple[str, int]:
     return name, totals[name]
 
 
-__all__ = ["ALLOC_POLICY", "NoFit", "Placement", "levels", "place"]
+__all__ = ["ALLOC_POLICY", "NoFit", "Placement", "levels", "not_free", "place"]

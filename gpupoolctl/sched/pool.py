@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from gpupoolctl.sched.ids import natural
 from gpupoolctl.sched.request import JobRequest, host_matches, shape_matches
+from gpupoolctl.sched.unavailable import LABELS, Block, blocks
 
 if TYPE_CHECKING:
     from gpupoolctl.ledger.state import Allocation, State
@@ -52,6 +53,8 @@ class Holder:
     expires: str | None = None
     team: str | None = None  # the team whose quota it counts against; None: no team
     borrowed: bool = False  # placed above its team's nominal quota: reclaim may take it
+    # Not a hold: what keeps these slices out of placement (a kind of sched.unavailable).
+    block: str | None = None
 
     @property
     def victim_id(self) -> str:
@@ -213,6 +216,8 @@ class PoolView:
         # Taken slices per shape index, kept for every shape: a shape's free count and its
         # lowest free id need no tier lists (alloc's rule asks only those).
         self._shape_taken: dict[int, int] = {}
+        # Slices taken for a while without a holder, with why (keep): no-fit reasons count them.
+        self._kept: dict[str, str] = {}
         for holder in holders:
             self.hold(holder.slices, holder)
         self._free_ids = _FreeIds(self)
@@ -236,9 +241,8 @@ class PoolView:
             # really holds: the view must never show one slice held twice.
             mine = tuple(s for s in alloc.slices if s in known and owner_of.get(s) == alloc.id)
             holders.append(_holder(alloc, mine, jobs_by_alloc.get(alloc.id)))
-        holders.extend(_reshape_holders(state))
-        holders.extend(_drain_holders(state))
-        holders.extend(_not_answering_holders(state))
+        held = {s for holder in holders for s in holder.slices}
+        holders.extend(_block_holders(blocks(state), held))
         return cls(_skeleton_of(state.slices), holders)
 
     # -- public queries -------------------------------------------------------------------
@@ -298,6 +302,29 @@ class PoolView:
 
     def is_free(self, slice_id: str) -> bool:
         return slice_id not in self._taken
+
+    def why_taken(self, slice_id: str) -> str:
+        """Why a slice that is not free is not: "held", what blocks it (sched.unavailable's
+        label), or why it is kept (keep); else it is reserved (an aging reservation)."""
+        holder = self._holder_of.get(slice_id)
+        if holder is None:
+            return self._kept.get(slice_id, "reserved for work ahead in the queue")
+        return LABELS[holder.block] if holder.block else "held"
+
+    def keep(self, slice_ids: Iterable[str], why: str) -> list[str]:
+        """Take the free ones of `slice_ids` for a while, saying why ("kept to be cut"): no
+        holder, no record. Returns those taken, for unkeep."""
+        kept = [s for s in slice_ids if self.is_free(s)]
+        for slice_id in kept:
+            self.take(slice_id)
+            self._kept[slice_id] = why
+        return kept
+
+    def unkeep(self, slice_ids: Iterable[str]) -> None:
+        """Give back what keep took (in the reverse order)."""
+        for slice_id in reversed(list(slice_ids)):
+            del self._kept[slice_id]
+            self.give(slice_id)
 
     def gpu_used(self, gpu: str) -> bool:
         return self._held_gpu.get(gpu, 0) > 0
@@ -505,75 +532,30 @@ def _gpu_key(entry: Mapping[str, Any]) -> str:
 
 
 RESHAPE_OWNER = "gpupoolctl (re-cut)"
-
-
-def _reshape_holders(state: State) -> list[Holder]:
-    """A card being re-cut is held by its reshape: nothing may be placed on its slices, and
-    an allocation that holds one of them (it cannot, but history may say so) keeps it."""
-    if not state.reshapes:
-        return []
-    taken = state.holders
-    found: dict[str, list[str]] = {}
-    for sid, reshape_id in sorted(state.recutting_slices().items()):
-        if sid in state.slices and sid not in taken:
-            found.setdefault(reshape_id, []).append(sid)
-    return [
-        Holder(alloc=f"reshape:{rid}", owner=RESHAPE_OWNER, slices=tuple(ids))
-        for rid, ids in found.items()
-    ]
-
-
 DRAIN_OWNER = "gpupoolctl (drained)"
+BLOCK_OWNER = "gpupoolctl (out of placement)"
+# How a block's holder is named: a reshape and a drain as they always were.
+_BLOCK_HOLDS = {
+    "re-cutting": ("reshape", RESHAPE_OWNER),
+    "failed": ("drain", DRAIN_OWNER),
+    "drained": ("drain", DRAIN_OWNER),
+}
 
 
-def _drain_holders(state: State) -> list[Holder]:
-    """Free slices of drained hosts and cards are held by their drain: nothing is placed
-    there, nothing is re-cut there, and a drain is never a preemption victim."""
-    if not state.drains:
-        return []
-    taken = state.holders
-    found: dict[str, list[str]] = {}
-    recutting = state.recutting_slices()
-    for sid, entry in state.slices.items():
-        if sid in taken or sid in recutting:
-            continue
-        drain = state.drained(entry)
-        if drain is not None:
-            found.setdefault(str(drain["target"]), []).append(sid)
-    return [
-        Holder(alloc=f"drain:{target}", owner=DRAIN_OWNER, slices=tuple(ids))
-        for target, ids in found.items()
-    ]
-
-
-NOT_ANSWERING_OWNER = "gpupoolctl (not answering)"
-
-
-def not_answering(state: State) -> set[str]:
-    """Hosts whose last contact failed: silent (a poll or a launch got no answer) or lost.
-    They take no work until they answer again (a poll or their facts)."""
-    return set(state.silent) | set(state.lost)
-
-
-def _not_answering_holders(state: State) -> list[Holder]:
-    """Free slices of hosts that do not answer are held until they do: nothing is placed
-    there (a launch would find no one), nothing is re-cut there, never a preemption victim."""
-    away = not_answering(state)
-    if not away:
-        return []
-    taken = state.holders
-    recutting = state.recutting_slices()
-    found: dict[str, list[str]] = {}
-    for sid, entry in state.slices.items():
-        host = entry.get("host")
-        if host not in away or sid in taken or sid in recutting:
-            continue
-        if state.drained(entry) is None:  # a drained one is its drain's already
-            found.setdefault(str(host), []).append(sid)
-    return [
-        Holder(alloc=f"not-answering:{host}", owner=NOT_ANSWERING_OWNER, slices=tuple(ids))
-        for host, ids in found.items()
-    ]
+def _block_holders(found: Mapping[str, Block], held: AbstractSet[str]) -> list[Holder]:
+    """The free slices that something keeps out of placement (sched.unavailable) are held by
+    it: nothing is placed there, nothing is re-cut there, and such a holder is never a
+    preemption victim (it is no job's). One holder per kind and source."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for sid in sorted(found):
+        if sid not in held:
+            block = found[sid]
+            grouped.setdefault((block.kind, block.source), []).append(sid)
+    out = []
+    for (kind, source), ids in grouped.items():
+        prefix, owner = _BLOCK_HOLDS.get(kind, (kind, BLOCK_OWNER))
+        out.append(Holder(alloc=f"{prefix}:{source}", owner=owner, slices=tuple(ids), block=kind))
+    return out
 
 
 def _holder(alloc: Allocation, slices: tuple[str, ...], job: dict[str, Any] | None) -> Holder:

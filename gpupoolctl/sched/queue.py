@@ -176,11 +176,11 @@ def schedule_pass(
                         entry.request,
                         pool,
                         usage,
-                        partial(_place, entry.request, pool, how, elastic),
+                        partial(_place, entry.request, pool, how, elastic, now),
                         partial(_recut_reach, entry.request, elastic, pool) if elastic_on else None,
                     )
                 else:
-                    outcome = _place(entry.request, pool, how, elastic)
+                    outcome = _place(entry.request, pool, how, elastic, now)
             if isinstance(outcome, Placement):
                 borrowed = False
                 if usage is not None and team is not None:
@@ -392,26 +392,30 @@ def _recut_reach(
 
 
 def _place(
-    request: JobRequest, pool: PoolView, policy: str, elastic: ElasticInputs | None
+    request: JobRequest,
+    pool: PoolView,
+    policy: str,
+    elastic: ElasticInputs | None,
+    now: datetime,
 ) -> Placement | NoFit:
     """place(), with elastic's rules: whole cards that may be cut for a small request are
-    hidden from it, and work that a re-cut could serve is waiting, not never fitting."""
+    kept from it (the no-fit reason counts them, and says when they may be cut), and work
+    that a re-cut could serve is waiting, not never fitting."""
     if elastic is None or not elastic.policy.enabled:
         return place(request, pool, policy)
     # Imported here: a pool without an elastic policy never loads the catalogs for it.
     from gpupoolctl.sched import elastic as elastic_rules
 
-    hidden = [s for s in elastic_rules.hidden_for(request, pool, elastic) if pool.is_free(s)]
-    for slice_id in hidden:
-        pool.take(slice_id)
+    cards = elastic_rules.hidden_cards(request, pool, elastic)
+    why = elastic_rules.kept_text(cards, elastic, now)
+    hidden = pool.keep([s for card in cards for s in card.slices], why)
     try:
         outcome = place(request, pool, policy)
     finally:
-        for slice_id in reversed(hidden):
-            pool.give(slice_id)
+        pool.unkeep(hidden)
     if isinstance(outcome, NoFit):
         if hidden:
-            return NoFit(f"{outcome.reason}; an idle whole card is kept to be cut", never=False)
+            return NoFit(outcome.reason, never=False)  # the reason counts what is kept
         if outcome.never:
             reach = elastic_rules.recut_reach(request, elastic, slices=pool.slices.values())
             told = reach.why(request)

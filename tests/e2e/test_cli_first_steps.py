@@ -276,8 +276,16 @@ def test_cancel_forget_frees_the_slices_of_a_job_whose_node_is_gone(jobs_cli):
     assert forgot.code == 0, forgot.stderr
     assert forgot.json()["state"] == "failed" and "forgotten by" in forgot.json()["reason"]
     assert "was not asked" in forgot.stderr  # a warning, even with -q
+    # Its slice is released, but the run it may have left there is fenced: that card takes
+    # no new work until a pass finds the node answering and kills the run.
+    card = f"{L40S}/gpu0"
+    shown = jobs_cli("-q", "pool", "--no-refresh", "-l", L40S, "-o", "json").json()
+    states = {s["slice"]: (s["state"], s["owner"]) for n in shown["nodes"] for s in n["slices"]}
+    assert states.pop(card) == ("blocked", None)
+    assert all(state == "free" for state, _ in states.values())
+    assert jobs_cli("-q", "ledger", "verify").code == 0
+    assert jobs_cli("-q", "schedule").code == 0  # the node answers: the run is killed
     shown = jobs_cli("-q", "pool", "--no-refresh", "-l", L40S, "-o", "json").json()
     assert all(s["state"] == "free" for n in shown["nodes"] for s in n["slices"])
-    assert jobs_cli("-q", "ledger", "verify").code == 0
     again = jobs_cli("-q", "cancel", "--forget", job)
     assert again.code == 1 and "already ended" in again.stderr

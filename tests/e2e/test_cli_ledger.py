@@ -184,6 +184,7 @@ def test_ledger_option_beats_environment_and_bad_input_is_usage(cli, tmp_path):
         "gaps": [],
         "quarantine": None,
         "acknowledged": [],
+        "holds": [],
     }
 
 

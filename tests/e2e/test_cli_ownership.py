@@ -47,8 +47,10 @@ def test_another_user_may_not_release_cancel_or_drain_now_what_alice_holds(share
     jobs = shared_cli("-q", "jobs", "-o", "json", user=ALICE).json()
     assert [(j["id"], j["state"]) for j in jobs] == [(job_id, "running")]
     records = shared_cli("-q", "ledger", "show", "-o", "json").json()
-    assert [r["op"] for r in records if r["op"] in ("release", "drain")] == ["drain"]
+    # A refusal changes nothing: not even the drain that --now came with is recorded.
+    assert [r["op"] for r in records if r["op"] in ("release", "drain")] == []
     assert not any(r["data"].get("cancel") or r["data"].get("preempt") for r in records)
+    assert shared_cli("-q", "drain", "-o", "json").json() == []
 
 
 def test_a_pool_admin_may_and_the_ledger_says_so(shared_cli) -> None:

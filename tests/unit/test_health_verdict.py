@@ -152,10 +152,12 @@ def row(card: str, verdict: str, reason: str = "XID 79 (GPU has fallen off the b
 
 def test_drain_plan_drains_failed_lifts_only_health_drains() -> None:
     drains = {
-        "h/gpu1": {"source": "health", "reason": "health: old"},
-        "h/gpu2": {"source": "admin", "reason": "fans"},
-        "h/gpu3": {"source": "health", "reason": "health: XID 79 (GPU has fallen off the bus)"},
-        "h/gpu4": {"source": "health", "reason": "health: hot"},
+        "h/gpu1": {"health": {"source": "health", "reason": "health: old"}},
+        "h/gpu2": {"admin": {"source": "admin", "reason": "fans"}},
+        "h/gpu3": {
+            "health": {"source": "health", "reason": "health: XID 79 (GPU has fallen off the bus)"}
+        },
+        "h/gpu4": {"health": {"source": "health", "reason": "health: hot"}},
     }
     plan = pool_health.plan(
         [
@@ -171,5 +173,7 @@ def test_drain_plan_drains_failed_lifts_only_health_drains() -> None:
     )
     assert plan.drain == [("h/gpu0", "health: XID 79 (GPU has fallen off the bus)")]
     assert plan.lift == ["h/gpu1"]
+    # A card an admin drained that fails gets the health check's drain beside the admin's.
     failed_admin = pool_health.plan([row("h/gpu2", "failed")], drains)
-    assert failed_admin.drain == [] and failed_admin.lift == [] and failed_admin.kept
+    assert failed_admin.drain == [("h/gpu2", "health: XID 79 (GPU has fallen off the bus)")]
+    assert failed_admin.lift == []

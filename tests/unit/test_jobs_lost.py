@@ -142,8 +142,8 @@ def test_a_silent_host_is_lost_only_after_node_dead_after(pool: Any) -> None:
     assert lost_job["state"] == "failed"
     assert lost_job["error"] == f"node lost: {host} did not answer for 1m30s"
     assert not state.allocations, "a lost node's job holds no slice"
-    assert state.drains[host]["source"] == "health"
-    assert state.drains[host]["reason"].startswith("node lost: no answer since")
+    assert list(state.drains[host]) == ["health"]
+    assert state.drains[host]["health"]["reason"].startswith("node lost: no answer since")
     assert {"event": "node-lost", "host": host, "jobs": [job_id]}.items() <= events[0].items()
     assert jobs.ledger.verify().ok, jobs.ledger.verify().problems
 
@@ -234,7 +234,7 @@ def test_manual_return_to_service_keeps_the_node_drained(pool: Any) -> None:
     fleet.down.clear()
     refresh(jobs)
     state = state_of(jobs)
-    assert host not in state.lost and state.drains[host]["source"] == "health"
+    assert host not in state.lost and list(state.drains[host]) == ["health"]
 
 
 def test_an_admin_drain_is_kept_through_loss_and_return(pool: Any) -> None:
@@ -246,10 +246,12 @@ def test_an_admin_drain_is_kept_through_loss_and_return(pool: Any) -> None:
     refresh(jobs)
     clock.advance(90)
     refresh(jobs)
-    assert state_of(jobs).drains[host]["reason"] == "PSU swap"
+    # The loss's own drain is recorded beside the admin's, and only it is lifted on return.
+    assert state_of(jobs).drains[host]["admin"]["reason"] == "PSU swap"
+    assert state_of(jobs).drains[host]["health"]["reason"].startswith("node lost")
     fleet.down.clear()
     refresh(jobs)
-    assert state_of(jobs).drains[host]["source"] == "admin"
+    assert list(state_of(jobs).drains[host]) == ["admin"]
 
 
 def test_a_multi_node_job_loses_every_run_when_one_node_is_lost(pool: Any) -> None:

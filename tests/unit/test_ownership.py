@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from gpupoolctl.jobs import Jobs, Nodes, control
-from gpupoolctl.jobs.draining import stop_drained
-from gpupoolctl.ledger import Ledger, drains
+from gpupoolctl.jobs.draining import drain_now
+from gpupoolctl.ledger import Ledger
 from gpupoolctl.policy.actor import is_pool_admin, unix_groups
 from gpupoolctl.policy.model import Admins
 from gpupoolctl.policy.ownership import NotOwner, as_admin, refusal, refusal_of_many
@@ -244,17 +244,17 @@ def test_drain_now_of_anothers_running_job_is_refused_for_a_non_admin(pool) -> N
     theirs = str(alice.submit(spec()).job_id)
     bob = as_user("bob")
     mine = str(bob.submit(spec()).job_id)  # bob's own job there is not stopped either
-    drains.drain(bob.ledger, ["n1"], "PSU swap")
     seq = bob.ledger.read().state.seq
     with pytest.raises(NotOwner) as refused:
-        stop_drained(bob, ["n1"], 0)
+        drain_now(bob, ["n1"], "PSU swap", 0)
     message = str(refused.value)
     assert message.startswith(
         f"drain --now n1: it would stop other users' jobs: {theirs} (alice's)"
     )
-    assert "nothing was stopped" in message and mine not in message and "\n" not in message
+    assert "nothing was drained or stopped" in message
+    assert mine not in message and "\n" not in message
     state = bob.ledger.read().state
-    assert state.seq == seq and "n1" in state.drains
+    assert state.seq == seq and "n1" not in state.drains  # an error changes nothing
     for job_id in (theirs, mine):
         assert state.jobs[job_id]["state"] == "running" and not state.jobs[job_id].get("preempt")
     assert "signal" not in node.calls
@@ -264,9 +264,10 @@ def test_drain_now_of_only_ones_own_jobs_needs_no_admin(pool) -> None:
     as_user, _ = pool
     bob = as_user("bob")
     mine = str(bob.submit(spec()).job_id)
-    drains.drain(bob.ledger, ["n1"], "PSU swap")
-    (job,) = stop_drained(bob, ["n1"], 0)
+    drained, (job,) = drain_now(bob, ["n1"], "PSU swap", 0)
     assert job["id"] == mine and job["state"] == "cancelled"
+    assert [d["target"] for d in drained] == ["n1"]
+    assert bob.ledger.read().state.drains["n1"]["admin"]["reason"] == "PSU swap"
 
 
 def test_drain_now_by_an_admin_marks_anothers_job_as_admin(pool) -> None:
@@ -274,8 +275,7 @@ def test_drain_now_by_an_admin_marks_anothers_job_as_admin(pool) -> None:
     theirs = str(as_user("alice").submit(spec()).job_id)
     admin = as_user("bob", admin=True)
     mine = str(admin.submit(spec()).job_id)
-    drains.drain(admin.ledger, ["n1"], "PSU swap")
-    ended = {j["id"]: j for j in stop_drained(admin, ["n1"], 0)}
+    ended = {j["id"]: j for j in drain_now(admin, ["n1"], "PSU swap", 0)[1]}
     assert ended[theirs]["state"] == ended[mine]["state"] == "cancelled"
     marks = {
         r["data"]["id"]: r["data"]["preempt"]
