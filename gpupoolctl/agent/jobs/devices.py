@@ -56,15 +56,18 @@ def _nvml_uuids(*, want_mig: bool) -> set[str] | None:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
         return None
+    found: set[str] = set()
     try:
-        found: set[str] = set()
         for index in range(int(pynvml.nvmlDeviceGetCount())):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            found.add(_text(pynvml.nvmlDeviceGetUUID(handle)))
+            try:  # one card fallen off the bus (GPU_IS_LOST) does not hide the others
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                found.add(_text(pynvml.nvmlDeviceGetUUID(handle)))
+            except pynvml.NVMLError:
+                continue
             if want_mig:
                 found.update(_mig_uuids(pynvml, handle))
         return found
-    except pynvml.NVMLError:
+    except pynvml.NVMLError:  # not even the count
         return None
     finally:
         with contextlib.suppress(pynvml.NVMLError):
