@@ -204,8 +204,8 @@ def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
         preempt=True,
         elastic=jobs.elastic_inputs(state, view.now),
         shares=teams.share_inputs(jobs.policy, state, view.now, jobs.hosts),
+        foresee=True,
     )
-    recut_for = {job: r for r in result.recuts for job in r.jobs}
     events: list[dict[str, Any]] = []
     for entry, placement in result.placed:
         events.append(
@@ -240,8 +240,7 @@ def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
             }
         )
     for entry, nofit in result.waiting:
-        recut = recut_for.get(str(entry.job))
-        reason = f"waits for a re-cut: {recut.describe()}" if recut else nofit.reason
+        reason = result.waiting_reason(entry, nofit)
         events.append({"event": "waiting", "job": entry.job, "reason": reason})
     for entry, nofit in result.never:
         events.append({"event": "would-refuse", "job": entry.job, "reason": nofit.reason})

@@ -128,6 +128,7 @@ def _decide(
             no_preempt=frozenset(no_preempt),
             elastic=elastic,
             shares=shares,
+            foresee=True,
         )
         if result.preempt is None:
             break
@@ -142,14 +143,10 @@ def _decide(
             return found
         no_preempt.add(entry.id)  # its victims cannot be stopped cleanly now: it waits
     _record(jobs, tx, found, result)
-    recut_for = {job: r for r in result.recuts for job in r.jobs}
     for entry, nofit in result.waiting:
-        reason = nofit.reason
-        if entry.id in stopping:
+        reason = result.waiting_reason(entry, nofit)
+        if entry.id in stopping and reason == nofit.reason:
             reason = f"{reason}; the jobs preempted for it are still stopping"
-        recut = recut_for.get(entry.job or entry.id)
-        if recut is not None:
-            reason = f"waits for a re-cut: {recut.describe()}"
         found.waiting.append({"event": "waiting", "job": entry.job, "reason": reason})
     for recut in result.recuts:
         reserved = reshape.reserve(tx, recut)
