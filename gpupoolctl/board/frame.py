@@ -403,10 +403,14 @@ def _node_row(
     site = next((str(e["site"]) for e in entries if e.get("site")), "") or "-"
     node_state, reason = "ok", None
     drain = state.drains.get(host)
+    # Since its last answer when the ledger knows it, else since the first poll that failed.
+    last = state.answered.get(host)
     if host in state.lost:
-        node_state, reason = "lost", f"lost since {state.lost[host].get('since')}"
+        since = last or f"{state.lost[host].get('since')} or earlier"
+        node_state, reason = "lost", f"lost: no answer since {since}"
     elif host in state.silent:
-        node_state, reason = "silent", f"not answering since {state.silent[host]}"
+        since = last or f"{state.silent[host]} or earlier"
+        node_state, reason = "silent", f"not answering since {since}"
     elif drain is not None:
         node_state, reason = "drained", drain.get("reason") or f"drained by {drain.get('actor')}"
     cards: dict[str, list[dict[str, Any]]] = {}

@@ -714,7 +714,8 @@ def _event_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             )
             event = {**event, "job": ",".join(event.get("jobs") or [])}
         elif event.get("event") == "node-lost":
-            detail = f"{event['host']}: no answer since {event['since']}; jobs ended or requeued"
+            last = event.get("answered") or f"{event['since']} or earlier"
+            detail = f"{event['host']}: no answer since {last}; jobs ended or requeued"
             event = {**event, "job": ",".join(event.get("jobs") or [])}
         elif event.get("event") == "node-returned":
             lifted = "its drain lifted" if event.get("undrained") else "still drained"

@@ -2,7 +2,10 @@
 
 The reaper's poll is the heartbeat: a host with running jobs whose poll is unreachable or
 times out is recorded `silent` (since its last answer this process saw, else since this
-poll); one that answers again, `answering`. A host
+poll); one that answers again, `answering`. That a polled host answered is recorded too
+(`heard`), at most once a third of node-dead-after (HEARD_EVERY), so that the ledger knows
+when a host last answered whichever process polled it: a lost node is told by that time
+("no answer since T"), not by the first poll that failed. A host
 silent for the health policy's node-dead-after is declared `lost`, in one transaction:
 the host is drained (source `health`, so only this loop lifts it), each of its jobs is
 ended as failed "node lost" or requeued when it may restart (jobs.restarts), and only then
@@ -33,6 +36,10 @@ from gpupoolctl.remote.results import TIMED_OUT, UNREACHABLE
 # agent, a full disk) is alive: its jobs are not lost, the error is reported instead.
 SILENT_OUTCOMES = frozenset({UNREACHABLE, TIMED_OUT})
 LOST_REASON = "node lost"  # the automatic drain's reason starts so; only those are lifted
+# A host's answer is recorded when the last one recorded is older than this part of
+# node-dead-after (Slurm pings a node every SlurmdTimeout/3): passes that poll more often
+# write nothing, and "no answer since T" is that much early at most.
+HEARD_EVERY = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -72,15 +79,17 @@ def observe(jobs: JobsCore, answers: dict[str, Any], state: State) -> list[dict[
     """Record what this pass's poll says about hosts; declare the ones silent too long lost;
     kill fenced runs on hosts that answer; return lost hosts that answer with nothing
     fenced. `state` is the ledger as the poll's caller read it: when it shows nothing to do
-    (everyone answered, no silence, no loss, no fence) no ledger write is made. Returns
-    events for the CLI (lost, returned, stale runs killed)."""
+    (everyone answered, no silence, no loss, no fence, no answer due to be recorded) no
+    ledger write is made. Returns events for the CLI (lost, returned, stale runs killed)."""
     found = heard(answers)
+    now = jobs.ledger.clock()
     for host in found.answered:
-        jobs.last_heard[host] = format_ts(jobs.ledger.clock())
-    changed = found.silent or set(found.answered) & (set(state.silent) | set(state.lost))
-    if not changed and not state.fences:
-        return []  # the usual pass: everyone answered, nothing to record (no lock taken)
+        jobs.last_heard[host] = format_ts(now)
     health = health_of(jobs)
+    changed = found.silent or set(found.answered) & (set(state.silent) | set(state.lost))
+    due = [h for h in found.answered if _heard_due(state, h, format_ts(now), health)]
+    if not changed and not due and not state.fences:
+        return []  # the usual pass: everyone answered, nothing to record (no lock taken)
     done = jobs.ledger.write(lambda tx: _record(jobs, tx, found, health))
     jobs.warnings.extend(done.warnings)
     events: list[dict[str, Any]] = list(done.value)
@@ -101,17 +110,32 @@ def _record(
     for host in sorted(found.answered):
         if host in state.silent:
             tx.append("host", {"host": host, "state": "answering"})
+        elif host not in state.lost and _heard_due(state, host, tx.now, health):
+            tx.append("host", {"host": host, "state": "heard"})
     for host, why in sorted(found.silent.items()):
         if host in state.lost:
             continue
         since = state.silent.get(host)
         if since is None:
             since = jobs.last_heard.get(host, tx.now)
-            tx.append("host", {"host": host, "state": "silent", "since": since, "why": why})
+            silent = {"host": host, "state": "silent", "since": since, "why": why}
+            answered = max(jobs.last_heard.get(host, ""), state.answered.get(host, ""))
+            tx.append("host", {**silent, **({"answered": answered} if answered else {})})
         silent_s = (now - parse_ts(since)).total_seconds()
         if silent_s >= health.node_dead_after_s:
             events.append(_declare_lost(jobs, tx, host, since, silent_s, why))
     return events
+
+
+def _heard_due(state: State, host: str, now: str, health: HealthPolicy) -> bool:
+    """Whether the host's answer is to be recorded: none recorded yet, or the last one
+    recorded is older than HEARD_EVERY of node-dead-after."""
+    last = state.answered.get(host)
+    if last is None:
+        return True
+    return (
+        parse_ts(now) - parse_ts(last)
+    ).total_seconds() >= health.node_dead_after_s * HEARD_EVERY
 
 
 def _declare_lost(
@@ -120,7 +144,14 @@ def _declare_lost(
     from gpupoolctl.policy.values import duration_text
 
     tx.append("host", {"host": host, "state": "lost", "since": since, "why": why})
-    reason = f"{LOST_REASON}: no answer since {since} ({why})"
+    # Told from its last answer when the ledger knows it (`since` is the first poll that
+    # failed: the silence counted towards node-dead-after).
+    answered = tx.state.answered.get(host)
+    if answered is not None:
+        silent_s = max(silent_s, (parse_ts(tx.now) - parse_ts(answered)).total_seconds())
+        reason = f"{LOST_REASON}: no answer since {answered} ({why})"
+    else:
+        reason = f"{LOST_REASON}: no answer since {since} or earlier ({why})"
     drain = tx.state.drains.get(host)
     if drain is None or drain.get("source") == "health":  # an admin's drain is left as it is
         tx.append(
@@ -148,7 +179,7 @@ def _declare_lost(
         tx.release(job["alloc"])
         _end(jobs, tx, job, detail)
         ended.append(job["id"])
-    return {"event": "node-lost", "host": host, "since": since, "jobs": ended}
+    return {"event": "node-lost", "host": host, "since": since, "answered": answered, "jobs": ended}
 
 
 def _kill_fenced(jobs: JobsCore, found: Heard) -> list[dict[str, Any]]:
