@@ -8,6 +8,7 @@ Times are the journal's fixed-width UTC strings, so comparing them as text is co
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -604,7 +605,7 @@ def fence_key(host: str, node_id: str) -> str:
     return f"{host}:{node_id}"
 
 
-def card_key(entry: dict[str, Any] | None) -> str | None:
+def card_key(entry: Mapping[str, Any] | None) -> str | None:
     """The card a slice is on ("host/gpuN", as placement keys GPUs), or None."""
     if not entry or entry.get("gpu") is None:
         return None
