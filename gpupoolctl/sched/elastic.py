@@ -43,6 +43,7 @@ from gpupoolctl.sched.cards import (
     layout_text,
     predicted_slices,
 )
+from gpupoolctl.sched.explain import recut_wait
 from gpupoolctl.sched.ids import natural
 from gpupoolctl.sched.pool import island_key
 from gpupoolctl.sched.request import JobRequest, host_matches, shape_matches
@@ -483,8 +484,6 @@ class Upcoming:
     cause: str | None = None
 
     def reason(self) -> str:
-        from gpupoolctl.sched.explain import recut_wait
-
         return recut_wait(self.recut.describe(), self.wait_s, self.cause)
 
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.sched import shares as share_rules
 from gpupoolctl.sched.entry import QueueEntry
+from gpupoolctl.sched.explain import recut_wait
 from gpupoolctl.sched.place import NoFit, Placement, place
 from gpupoolctl.sched.pool import Holder, PoolView
 from gpupoolctl.sched.preempt import choose_preemption
@@ -110,8 +111,6 @@ class PassResult:
     def waiting_reason(self, entry: QueueEntry, nofit: NoFit) -> str:
         """Why a waiting entry waits: the re-cut made for it (now, or when a later pass
         may make it: sched.explain.recut_wait), else why nothing fits."""
-        from gpupoolctl.sched.explain import recut_wait
-
         recut = self.recut_for(entry)
         if recut is not None:
             return recut_wait(recut.describe())
