@@ -133,9 +133,8 @@ def _heard_due(state: State, host: str, now: str, health: HealthPolicy) -> bool:
     last = state.answered.get(host)
     if last is None:
         return True
-    return (
-        parse_ts(now) - parse_ts(last)
-    ).total_seconds() >= health.node_dead_after_s * HEARD_EVERY
+    elapsed = (parse_ts(now) - parse_ts(last)).total_seconds()
+    return elapsed >= health.node_dead_after_s * HEARD_EVERY
 
 
 def _declare_lost(

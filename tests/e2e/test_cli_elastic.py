@@ -387,3 +387,18 @@ def test_a_card_given_back_a_minute_ago_is_re_cut_when_its_min_idle_has_passed(
     due = jobs_cli("-q", *policy, "-o", "json", "schedule", extra_env=at(360))
     events = {e["event"]: e for e in due.json()}
     assert events["started"]["job"] == small.stdout.strip(), due.json()
+
+
+def test_submit_wait_says_once_what_it_waits_for_while_the_countdown_runs(
+    jobs_cli, tmp_path: Path
+) -> None:
+    """`submit --wait` runs a pass every second while the job waits: the re-cut it waits for
+    is told once, not again at every tick of its countdown; then the job runs."""
+    policy = write_policy(tmp_path, batch_window="3s")  # real seconds: --wait's own passes
+    run = jobs_cli("--pool-policy", str(policy), "-l", DGX, "submit", "--wait", "--mem", "10G",
+                   "--", PY, "-c", "print('ran')")  # fmt: skip
+    assert run.code == 0, run.stderr
+    assert run.stdout == "ran\n"
+    told = [line for line in run.stderr.splitlines() if ": queued: " in line]
+    assert len(told) == 1, run.stderr
+    assert "waits for a re-cut: re-cut idle" in told[0] and "(batch window)" in told[0]
