@@ -60,6 +60,8 @@ def describe(record: dict[str, Any], state: State) -> Event | None:
     if op == "host":
         host = str(data.get("host"))
         status = str(data.get("state"))
+        if status == "heard":
+            return None  # a heartbeat: nothing happened
         words = {
             "silent": "stopped answering",
             "answering": "answers again",

@@ -22,6 +22,7 @@ from gpupoolctl.board.events import Event, describe
 from gpupoolctl.board.frame import Touched
 from gpupoolctl.errors import UsageError
 from gpupoolctl.ledger import Ledger, View
+from gpupoolctl.ledger.cards import pool_memory_mib
 from gpupoolctl.ledger.state import State
 from gpupoolctl.ledger.units import format_ts, parse_ts, utc_now
 
@@ -30,13 +31,13 @@ WINDOW_S = 3600
 
 
 def held_fraction(state: State, at: str) -> float | None:
-    """GPU memory held / GPU memory the pool's slices offer, at `at` (None: no slices)."""
-    total = held = 0
+    """GPU memory held / the pool's GPU memory (its cards', as `top` totals it:
+    ledger.cards.pool_memory_mib), at `at` (None: no slices)."""
+    held = 0
     for slice_id, entry in state.slices.items():
-        memory = int(entry.get("memory_mib") or 0)
-        total += memory
         if slice_id in state.holders and state.holder(slice_id, at) is not None:
-            held += memory
+            held += int(entry.get("memory_mib") or 0)
+    total = pool_memory_mib(state.slices.values())
     return held / total if total else None
 
 

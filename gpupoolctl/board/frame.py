@@ -19,6 +19,7 @@ from typing import Any
 
 from gpupoolctl.board.events import Event
 from gpupoolctl.errors import UsageError
+from gpupoolctl.ledger.cards import card_memory_mib, physical_cards
 from gpupoolctl.ledger.state import JOB_HOLDING, State, card_key
 from gpupoolctl.ledger.units import parse_ts
 from gpupoolctl.sched.unavailable import KINDS, Finder
@@ -45,7 +46,7 @@ class GpuCell:
     key: str  # host/gpuN
     index: int | None
     model: str
-    memory_mib: int  # the card's memory (facts), else what its slices offer
+    memory_mib: int  # its memory as the ledger knows it (ledger.cards.card_memory_mib)
     held_mib: int
     state: str  # one of GPU_STATES
     reason: str | None
@@ -53,6 +54,8 @@ class GpuCell:
     used_mib: int | None = None  # from facts: memory in use on the card
     utilization_pct: float | None = None
     temperature_c: float | None = None
+    # The physical card it is on (ledger.cards): an AMD card's logical GPUs share it.
+    card: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ class QueueRow:
 @dataclass(frozen=True)
 class Totals:
     nodes: int = 0
-    gpus: int = 0
+    gpus: int = 0  # physical cards: an AMD card cut into partitions is one
     slices: int = 0
     free: int = 0
     held: int = 0
@@ -98,7 +101,7 @@ class Totals:
     held_mib: int = 0
     running: int = 0
     queued: int = 0
-    down: int = 0  # GPUs out of use: lost + failed + drained
+    down: int = 0  # cards out of use: lost + failed + drained (each in its worst state)
     lost: int = 0  # on a node declared lost
     failed: int = 0  # failed a health check or a re-cut
     drained: int = 0  # taken out by a person (maintenance)
@@ -342,14 +345,20 @@ def _cache(state: State, row: NodeRow, entries: list[dict[str, Any]], facts: Any
         if alloc is not None and alloc.expires and (until is None or alloc.expires < until):
             until = alloc.expires
     cells = [s for g in row.gpus for s in g.slices]
+    # Per physical card, the worst state of its GPUs (an AMD card's partitions are one card).
+    cards: dict[str, str] = {}
+    for gpu in row.gpus:
+        card = gpu.card or gpu.key
+        if card not in cards or GPU_STATES.index(gpu.state) < GPU_STATES.index(cards[card]):
+            cards[card] = gpu.state
     counts = (
-        len(row.gpus),
+        len(cards),
         len(cells),
         sum(s.state == "free" for s in cells),
         sum(s.state == "held" for s in cells),
         sum(g.memory_mib for g in row.gpus),
         sum(g.held_mib for g in row.gpus),
-        *(sum(g.state == state_name for g in row.gpus) for state_name in _OUT_OF_USE),
+        *(sum(worst == state_name for worst in cards.values()) for state_name in _OUT_OF_USE),
     )
     return _CachedNode(
         row,
@@ -406,18 +415,23 @@ def _node_row(
     site = next((str(e["site"]) for e in entries if e.get("site")), "") or "-"
     node_state, reason = "ok", None
     drain = state.drain_of(host)
+    # Since its last answer when the ledger knows it, else since the first poll that failed.
+    last = state.answered.get(host)
     if host in state.lost:
-        node_state, reason = "lost", f"lost since {state.lost[host].get('since')}"
+        since = last or f"{state.lost[host].get('since')} or earlier"
+        node_state, reason = "lost", f"lost: no answer since {since}"
     elif host in state.silent:
-        node_state, reason = "silent", f"not answering since {state.silent[host]}"
+        since = last or f"{state.silent[host]} or earlier"
+        node_state, reason = "silent", f"not answering since {since}"
     elif drain is not None:
         node_state, reason = "drained", drain.get("reason") or f"drained by {drain.get('actor')}"
     cards: dict[str, list[dict[str, Any]]] = {}
     for entry in entries:
         cards.setdefault(card_key(entry) or str(entry["id"]), []).append(entry)
     gpu_facts = _gpu_facts(facts)
+    physical = physical_cards(entries)
     gpus = tuple(
-        _gpu_cell(state, now, key, cards[key], holders, node_state, gpu_facts)
+        _gpu_cell(state, now, key, cards[key], holders, node_state, gpu_facts, physical.get(key))
         for key in sorted(cards, key=_natural)
     )
     return NodeRow(host, site, node_state, reason, gpus)
@@ -437,15 +451,15 @@ def _gpu_cell(
     holders: _Holders,
     node_state: str,
     gpu_facts: Mapping[int, Mapping[str, Any]],
+    card: str | None = None,
 ) -> GpuCell:
     entries = sorted(entries, key=lambda e: _natural(str(e["id"])))
     first = entries[0] if entries else {}
     index = first.get("gpu")
     slices = tuple(_slice_cell(state, now, e, holders) for e in entries)
     facts = gpu_facts.get(int(index)) if index is not None else None
-    memory = sum(s.memory_mib for s in slices)
-    if facts and facts.get("memory_total_mib"):
-        memory = int(facts["memory_total_mib"])
+    # The ledger's, facts or not: the pool's memory must not change with how it was read.
+    memory = card_memory_mib(entries)
     held = sum(s.memory_mib for s in slices if s.state == "held")
     drain = state.drain_of(key)
     states = {s.state for s in slices}
@@ -487,6 +501,7 @@ def _gpu_cell(
         used_mib=_number(facts, "memory_used_mib"),
         utilization_pct=_number(facts, "utilization_pct"),
         temperature_c=_number(health, "temperature_c"),
+        card=card,
     )
 
 

@@ -433,24 +433,30 @@ def _render_plan(settings: Settings, result: Any) -> None:
             "waste_mib": result.waste_mib,
             "why": result.why,
         }
-    elif hasattr(result, "card"):  # an elastic re-cut would be made for it (sched.Recut)
+    elif hasattr(result, "recut"):  # it waits for an elastic re-cut (sched.elastic.Upcoming)
+        recut = result.recut
         data = {
             "dry_run": True,
             "fits": False,
             "never": False,
-            "reason": f"would {result.describe()} and take one",
+            # Made by submit's own pass: it runs at once; else the reason it would wait with.
+            "reason": f"would {recut.describe()} and take one"
+            if result.wait_s <= 0
+            else result.reason(),
             "recut": {
-                "gpu": result.card.key,
-                "before": result.before,
-                "after": result.after,
-                "idle_s": result.idle_s,
-                "why": result.reason,
+                "gpu": recut.card.key,
+                "before": recut.before,
+                "after": recut.after,
+                "idle_s": recut.idle_s,
+                "why": recut.reason,
+                "in_s": result.wait_s,
+                "held_by": result.cause,
             },
         }
     else:
         data = {"dry_run": True, "fits": False, "never": result.never, "reason": result.reason}
     if settings.resolved_output() is OutputFormat.table:
-        if data.get("recut"):
+        if data.get("recut") and not data["recut"]["in_s"]:
             print(data["reason"])
         elif data["fits"]:
             print(f"would run on {', '.join(data['hosts'])}: {', '.join(data['slices'])}")
@@ -710,7 +716,8 @@ def _event_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             )
             event = {**event, "job": ",".join(event.get("jobs") or [])}
         elif event.get("event") == "node-lost":
-            detail = f"{event['host']}: no answer since {event['since']}; jobs ended or requeued"
+            last = event.get("answered") or f"{event['since']} or earlier"
+            detail = f"{event['host']}: no answer since {last}; jobs ended or requeued"
             event = {**event, "job": ",".join(event.get("jobs") or [])}
         elif event.get("event") == "node-returned":
             lifted = "its drain lifted" if event.get("undrained") else "still drained"

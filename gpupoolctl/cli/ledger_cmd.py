@@ -148,7 +148,8 @@ def pool(
     summary: Annotated[
         bool,
         typer.Option(
-            "--summary", help="One line per node: slices, free, held, free memory and shapes."
+            "--summary",
+            help="One line per node: slices, free, held, orphaned holds, free memory and shapes.",
         ),
     ] = False,
     html: Annotated[
@@ -258,6 +259,7 @@ SUMMARY_COLUMNS = (
     Column("total", "SLICES", "right"),
     Column("free", "FREE", "right"),
     Column("held", "HELD", "right"),
+    Column("orphaned", "ORPHANED", "right"),
     Column("free_memory", "FREE GiB", "right"),
     Column("shapes", "FREE SHAPES"),
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpupoolctl.errors import ExitCode, UsageError
@@ -207,8 +207,8 @@ def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
         preempt=True,
         elastic=jobs.elastic_inputs(state, view.now),
         shares=teams.share_inputs(jobs.policy, state, view.now, jobs.hosts),
+        foresee=True,
     )
-    recut_for = {job: r for r in result.recuts for job in r.jobs}
     events: list[dict[str, Any]] = []
     for entry, placement in result.placed:
         events.append(
@@ -243,9 +243,7 @@ def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
             }
         )
     for entry, nofit in result.waiting:
-        recut = recut_for.get(str(entry.job))
-        reason = f"waits for a re-cut: {recut.describe()}" if recut else nofit.reason
-        events.append({"event": "waiting", "job": entry.job, "reason": reason})
+        events.append(scheduling.waiting_event(result, entry, nofit, parse_ts(view.now)))
     for entry, nofit in result.never:
         events.append({"event": "would-refuse", "job": entry.job, "reason": nofit.reason})
     return events
@@ -294,10 +292,12 @@ class FollowWarning:
 
 @dataclass(frozen=True)
 class Waiting:
-    """The followed job is queued (or being launched) and why: yielded when that changes."""
+    """The followed job is queued (or being launched) and why: yielded when that changes
+    (`key`: what it waits for, without the countdown of a re-cut's reason)."""
 
     state: str
-    reason: str
+    reason: str = field(compare=False)
+    key: Any = None
 
 
 @dataclass(frozen=True)
@@ -308,14 +308,18 @@ class Ended:
     exit_code: int
 
 
-def _waiting_reason(job_id: str, state: str, events: list[dict[str, Any]]) -> str:
-    """Why the job still waits, as the pass that just ran said it."""
+def _waiting(job_id: str, state: str, events: list[dict[str, Any]]) -> Waiting:
+    """Why the job still waits, as the pass that just ran said it. A re-cut it waits for is
+    the same wait however much of the time is left (the reason counts down)."""
     if state == "pending":
-        return "being launched"
+        return Waiting(state, "being launched", "being launched")
     for event in events:
         if event.get("job") == job_id and event.get("reason"):
-            return str(event["reason"])
-    return "waiting in the queue behind earlier or higher-priority jobs"
+            recut = event.get("recut")
+            key = tuple(sorted(recut.items())) if recut else event["reason"]
+            return Waiting(state, str(event["reason"]), key)
+    reason = "waiting in the queue behind earlier or higher-priority jobs"
+    return Waiting(state, reason, reason)
 
 
 def exit_code_of(job: dict[str, Any]) -> int:
@@ -384,7 +388,7 @@ def follow(
             if find(jobs, job_id).get("state") != state:
                 delay = FOLLOW_INTERVAL_S[0]
                 continue
-            waiting = Waiting(str(state), _waiting_reason(job_id, str(state), events))
+            waiting = _waiting(job_id, str(state), events)
             if waiting != said:
                 said = waiting
                 yield waiting

@@ -3,11 +3,14 @@
 The reaper's poll is the heartbeat: a host with running jobs whose poll is unreachable or
 times out is recorded `silent` (since its last answer this process saw, else since this
 poll), and so is a host that a launch could not reach (jobs.launching); one that answers
-again (a poll, or its facts: Ledger.refresh_slices), `answering`. Placement leaves silent
-and lost hosts alone (sched.unavailable), and every full pass polls them. A host with
-running jobs silent for the health policy's node-dead-after is declared `lost`, in one
-transaction: the host is drained (source `health`, beside an admin's drain if any; only
-this loop lifts it), each of its jobs is
+again (a poll, or its facts: Ledger.refresh_slices), `answering`. That a polled host
+answered is recorded too (`heard`), at most once a third of node-dead-after (HEARD_EVERY),
+so that the ledger knows when a host last answered whichever process polled it: a lost node
+is told by that time ("no answer since T"), not by the first poll that failed. Placement
+leaves silent and lost hosts alone (sched.unavailable), and every full pass polls them. A
+host with running jobs silent for the health policy's node-dead-after is declared `lost`,
+in one transaction: the host is drained (source `health`, beside an admin's drain if any;
+only this loop lifts it), each of its jobs is
 ended as failed "node lost" or requeued when it may restart (jobs.restarts), and only then
 are its slices released. Every run such a job had (on the lost host, and on the other hosts
 of a multi-node job) is *fenced*: polled on every pass until its host answers, then killed
@@ -37,6 +40,10 @@ from gpupoolctl.remote.results import TIMED_OUT, UNREACHABLE
 # agent, a full disk) is alive: its jobs are not lost, the error is reported instead.
 SILENT_OUTCOMES = frozenset({UNREACHABLE, TIMED_OUT})
 LOST_REASON = "node lost"  # the automatic drain's reason starts so; only those are lifted
+# A host's answer is recorded when the last one recorded is older than this part of
+# node-dead-after (Slurm pings a node every SlurmdTimeout/3): passes that poll more often
+# write nothing, and "no answer since T" is that much early at most.
+HEARD_EVERY = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -76,15 +83,17 @@ def observe(jobs: JobsCore, answers: dict[str, Any], state: State) -> list[dict[
     """Record what this pass's poll says about hosts; declare the ones silent too long lost;
     kill fenced runs on hosts that answer; return lost hosts that answer with nothing
     fenced. `state` is the ledger as the poll's caller read it: when it shows nothing to do
-    (everyone answered, no silence, no loss, no fence) no ledger write is made. Returns
-    events for the CLI (lost, returned, stale runs killed)."""
+    (everyone answered, no silence, no loss, no fence, no answer due to be recorded) no
+    ledger write is made. Returns events for the CLI (lost, returned, stale runs killed)."""
     found = heard(answers)
+    now = jobs.ledger.clock()
     for host in found.answered:
-        jobs.last_heard[host] = format_ts(jobs.ledger.clock())
-    changed = found.silent or set(found.answered) & (set(state.silent) | set(state.lost))
-    if not changed and not state.fences:
-        return []  # the usual pass: everyone answered, nothing to record (no lock taken)
+        jobs.last_heard[host] = format_ts(now)
     health = health_of(jobs)
+    changed = found.silent or set(found.answered) & (set(state.silent) | set(state.lost))
+    due = [h for h in found.answered if _heard_due(state, h, format_ts(now), health)]
+    if not changed and not due and not state.fences:
+        return []  # the usual pass: everyone answered, nothing to record (no lock taken)
     done = jobs.ledger.write(lambda tx: _record(jobs, tx, found, health))
     jobs.warnings.extend(done.warnings)
     events: list[dict[str, Any]] = list(done.value)
@@ -105,6 +114,8 @@ def _record(
     for host in sorted(found.answered):
         if host in state.silent:
             tx.append("host", {"host": host, "state": "answering"})
+        elif host not in state.lost and _heard_due(state, host, tx.now, health):
+            tx.append("host", {"host": host, "state": "heard"})
     for host, why in sorted(found.silent.items()):
         since = mark_silent(jobs, tx, host, why)
         if since is None:
@@ -121,13 +132,16 @@ def mark_silent(jobs: JobsCore, tx: Transaction, host: str, why: str) -> str | N
     """Record in the caller's transaction that `host` did not answer (a poll or a launch)
     unless it is silent already; returns since when it is silent, None for a lost host
     (nothing recorded). Placement leaves a silent host alone until it answers again
-    (sched.pool)."""
-    if host in tx.state.lost:
+    (sched.unavailable)."""
+    state = tx.state
+    if host in state.lost:
         return None
-    since = tx.state.silent.get(host)
+    since = state.silent.get(host)
     if since is None:
         since = jobs.last_heard.get(host, tx.now)
-        tx.append("host", {"host": host, "state": "silent", "since": since, "why": why})
+        silent = {"host": host, "state": "silent", "since": since, "why": why}
+        answered = max(jobs.last_heard.get(host, ""), state.answered.get(host, ""))
+        tx.append("host", {**silent, **({"answered": answered} if answered else {})})
     return since
 
 
@@ -138,13 +152,30 @@ def _runs_on(state: State, host: str) -> bool:
     )
 
 
+def _heard_due(state: State, host: str, now: str, health: HealthPolicy) -> bool:
+    """Whether the host's answer is to be recorded: none recorded yet, or the last one
+    recorded is older than HEARD_EVERY of node-dead-after."""
+    last = state.answered.get(host)
+    if last is None:
+        return True
+    elapsed = (parse_ts(now) - parse_ts(last)).total_seconds()
+    return elapsed >= health.node_dead_after_s * HEARD_EVERY
+
+
 def _declare_lost(
     jobs: JobsCore, tx: Transaction, host: str, since: str, silent_s: float, why: str
 ) -> dict[str, Any]:
     from gpupoolctl.policy.values import duration_text
 
     tx.append("host", {"host": host, "state": "lost", "since": since, "why": why})
-    reason = f"{LOST_REASON}: no answer since {since} ({why})"
+    # Told from its last answer when the ledger knows it (`since` is the first poll that
+    # failed: the silence counted towards node-dead-after).
+    answered = tx.state.answered.get(host)
+    if answered is not None:
+        silent_s = max(silent_s, (parse_ts(tx.now) - parse_ts(answered)).total_seconds())
+        reason = f"{LOST_REASON}: no answer since {answered} ({why})"
+    else:
+        reason = f"{LOST_REASON}: no answer since {since} or earlier ({why})"
     # Beside an admin's drain, if any: each is lifted on its own.
     tx.append(
         "drain", {"target": host, "state": "drained", "reason": reason[:200], "source": "health"}
@@ -161,7 +192,7 @@ def _declare_lost(
         tx.release(job["alloc"])
         _end(jobs, tx, job, detail)
         ended.append(job["id"])
-    return {"event": "node-lost", "host": host, "since": since, "jobs": ended}
+    return {"event": "node-lost", "host": host, "since": since, "answered": answered, "jobs": ended}
 
 
 def fence_runs(tx: Transaction, job: dict[str, Any]) -> None:

@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpupoolctl.jobs import hooks, launching, reaping, repartition, reshape, stopping, teams
 from gpupoolctl.jobs.errors import JobError
 from gpupoolctl.jobs.service import JobsCore, Outcome, queued_entries
 from gpupoolctl.ledger import State, Transaction
-from gpupoolctl.ledger.units import parse_ts
-from gpupoolctl.sched import PassResult, QueueEntry, schedule_pass
+from gpupoolctl.ledger.units import format_ts, parse_ts
+from gpupoolctl.sched import NoFit, PassResult, QueueEntry, schedule_pass
 
 MAX_ROUNDS = 50  # bounded: a round places, preempts or re-cuts; the next sees the result
 
@@ -133,6 +134,7 @@ def _decide(
             no_preempt=frozenset(no_preempt),
             elastic=elastic,
             shares=shares,
+            foresee=True,
         )
         if result.preempt is None:
             break
@@ -147,20 +149,37 @@ def _decide(
             return found
         no_preempt.add(entry.id)  # its victims cannot be stopped cleanly now: it waits
     _record(jobs, tx, found, result)
-    recut_for = {job: r for r in result.recuts for job in r.jobs}
     for entry, nofit in result.waiting:
-        reason = nofit.reason
-        if entry.id in stopping:
-            reason = f"{reason}; the jobs preempted for it are still stopping"
-        recut = recut_for.get(entry.job or entry.id)
-        if recut is not None:
-            reason = f"waits for a re-cut: {recut.describe()}"
-        found.waiting.append({"event": "waiting", "job": entry.job, "reason": reason})
+        event = waiting_event(result, entry, nofit, now)
+        if entry.id in stopping and event["reason"] == nofit.reason:
+            event["reason"] = f"{nofit.reason}; the jobs preempted for it are still stopping"
+        found.waiting.append(event)
     for recut in result.recuts:
         reserved = reshape.reserve(tx, recut)
         if reserved is not None:
             found.reshapes.append(reserved)
     return found
+
+
+def waiting_event(
+    result: PassResult, entry: QueueEntry, nofit: NoFit, now: datetime
+) -> dict[str, Any]:
+    """A `waiting` event: the entry's job and why it waits (PassResult.waiting_reason); when
+    it waits for a re-cut, which one (`recut`: the card, its new layout, and `due`: the
+    ledger time from which a pass may make it)."""
+    event: dict[str, Any] = {
+        "event": "waiting",
+        "job": entry.job,
+        "reason": result.waiting_reason(entry, nofit),
+    }
+    recut, wait_s = result.recut_for(entry), 0.0
+    coming = result.upcoming.get(entry.id)
+    if recut is None and coming is not None:
+        recut, wait_s = coming.recut, coming.wait_s
+    if recut is not None:
+        due = format_ts(now + timedelta(seconds=wait_s))
+        event["recut"] = {"gpu": recut.card.key, "after": recut.after, "due": due}
+    return event
 
 
 def _record(jobs: JobsCore, tx: Transaction, found: _Round, result: PassResult) -> None:

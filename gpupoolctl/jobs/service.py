@@ -26,7 +26,7 @@ from gpupoolctl.sched.names import check_names
 
 if TYPE_CHECKING:
     from gpupoolctl.policy import PoolPolicy
-    from gpupoolctl.sched.elastic import ElasticInputs, InHosts, Recut, RecutReach
+    from gpupoolctl.sched.elastic import ElasticInputs, InHosts, RecutReach, Upcoming
     from gpupoolctl.sched.shares import ShareInputs
 
 # Agent errors that prove a launch did not happen (anything else: ask the node).
@@ -336,7 +336,7 @@ class JobsCore:
 
     # -- submit ------------------------------------------------------------------------------
 
-    def plan(self, spec: JobSpec) -> Placement | NoFit | Recut:
+    def plan(self, spec: JobSpec) -> Placement | NoFit | Upcoming:
         """Where it would go now, and why; writes nothing."""
         from gpupoolctl.jobs import teams
 
@@ -363,21 +363,20 @@ class JobsCore:
         now: str,
         inputs: ElasticInputs | None,
         shares: ShareInputs | None,
-    ) -> Placement | NoFit | Recut:
-        """The scheduling pass as it would run with this job queued behind today's queue
-        (once it has waited the batch window): where it lands, or the re-cut made for it;
-        with teams, within its team's quota in force now."""
-        from datetime import timedelta
-
+    ) -> Placement | NoFit | Upcoming:
+        """The scheduling pass as it would run with this job queued now behind today's
+        queue: where it lands, or the re-cut made for it and when (the pass that `submit`
+        runs makes it, or a later one once the batch window or the card's min-idle has
+        passed); with teams, within its team's quota in force now."""
         from gpupoolctl.sched import QueueEntry, queue_entries, schedule_pass
+        from gpupoolctl.sched.elastic import Upcoming
 
         moment = parse_ts(now)
-        waited = inputs.policy.batch_window_s if inputs is not None else 0.0
         mine = QueueEntry(
             id="(this job)",
             priority=spec.request.priority,
             seq=state.seq + 1,
-            enqueued=moment - timedelta(seconds=waited),
+            enqueued=moment,
             request=spec.request,
             job="(this job)",
             policy=spec.policy,
@@ -388,13 +387,16 @@ class JobsCore:
             moment,
             elastic=inputs,
             shares=shares,
+            foresee=True,
         )
         for entry, placement in result.placed:
             if entry is mine:
                 return placement
-        for recut in result.recuts:
-            if mine.job in recut.jobs:
-                return recut
+        recut = result.recut_for(mine)
+        if recut is not None:
+            return Upcoming(recut)
+        if mine.id in result.upcoming:
+            return result.upcoming[mine.id]
         for entry, nofit in (*result.waiting, *result.never):
             if entry is mine:
                 if nofit.never:

@@ -67,24 +67,31 @@ def pool_report(
     free_only: bool = False,
 ) -> dict[str, Any]:
     """{"seq", "now", "nodes", "orphans"}: per node its slice counts (total, free, held),
-    its free slices per shape and free memory, and its slices (as `slice_rows`, same order;
-    only the free ones with `free_only`, the counts still of all); per orphaned hold (an
-    allocation holding a slice that no longer exists) its alloc, owner, slice and a message
-    for the user."""
+    its free slices per shape and free memory, its orphaned holds (`orphaned`: holds on
+    slices of it that no longer exist, as `ledger verify` reports them) and its slices (as
+    `slice_rows`, same order; only the free ones with `free_only`, the counts still of
+    all); per orphaned hold (an allocation holding a slice that no longer exists) its
+    alloc, owner, slice and a message for the user. A host with orphaned holds and no
+    slice left is a node of no slices."""
     nodes: dict[str, dict[str, Any]] = {}
-    for row in slice_rows(state, now, hosts, blocked=blocked):
-        node = nodes.setdefault(
-            row["host"],
+
+    def node_of(host: str) -> dict[str, Any]:
+        return nodes.setdefault(
+            host,
             {
-                "host": row["host"],
+                "host": host,
                 "total": 0,
                 "free": 0,
                 "held": 0,
+                "orphaned": 0,
                 "free_mib": 0,
                 "free_shapes": {},
                 "slices": [],
             },
         )
+
+    for row in slice_rows(state, now, hosts, blocked=blocked):
+        node = node_of(row["host"])
         node["total"] += 1
         node["free" if row["state"] == "free" else "held"] += 1  # re-cutting: not free
         if row["state"] == "free":
@@ -103,6 +110,10 @@ def pool_report(
         }
         for alloc, slice_id in state.orphans()
     ]
+    for orphan in orphans:  # the host a slice id names, as the ledger's ids all do
+        host = str(orphan["slice"]).split("/", 1)[0]
+        if hosts is None or host in hosts:
+            node_of(host)["orphaned"] += 1
     return {"seq": state.seq, "now": now, "nodes": list(nodes.values()), "orphans": orphans}
 
 

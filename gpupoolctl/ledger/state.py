@@ -28,8 +28,10 @@ OPS = (
 )
 # A host with running jobs that stops answering is `silent` (since when), `answering` again,
 # or `lost` after the health policy's node-dead-after; a lost host that answers again has
-# `returned`. Only transitions are recorded, not every poll.
-HOST_STATES = ("silent", "answering", "lost", "returned")
+# `returned`. Those transitions are recorded, and that a polled host answered (`heard`), not
+# every poll: at most once a third of node-dead-after, so that a node lost can say when it
+# last answered (`silent` and `lost` records carry that time too, as `answered`).
+HOST_STATES = ("silent", "answering", "lost", "returned", "heard")
 # A run left on a lost host (its job ended or restarted elsewhere) is `fenced` until the host
 # answers again and the run is killed there, then `cleared`: nothing runs twice.
 FENCE_STATES = ("fenced", "cleared")
@@ -90,8 +92,11 @@ class State:
     drains: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     # Hosts with running jobs that did not answer -> since when (the first poll that failed).
     silent: dict[str, str] = field(default_factory=dict)
-    # Hosts declared lost -> {host, since, ts}: their jobs were ended or requeued.
+    # Hosts declared lost -> {host, since, ts, answered?}: their jobs were ended or requeued.
     lost: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Host -> the last time it is known to have answered a poll (ledger time); ledgers
+    # written before it was recorded start without.
+    answered: dict[str, str] = field(default_factory=dict)
     # Runs to kill when their host answers again, by fence_key(host, node_id).
     fences: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Holds whose `alloc` record `ledger repair` quarantined while they were live, by
@@ -342,20 +347,30 @@ class State:
     def _host(self, record: dict[str, Any]) -> None:
         data = record["data"]
         host, status = str(data["host"]), str(data["state"])
+        if data.get("answered"):  # the last answer known when the host fell silent
+            self._heard(host, str(data["answered"]))
         if status == "silent":
             self.silent[host] = str(data.get("since") or record["ts"])
-        elif status == "answering":
+        elif status in ("answering", "heard"):
             self.silent.pop(host, None)
+            self._heard(host, record["ts"])
         elif status == "lost":
             self.silent.pop(host, None)
             since = str(data.get("since") or record["ts"])
             self.lost[host] = {"host": host, "since": since, "ts": record["ts"]}
+            if host in self.answered:
+                self.lost[host]["answered"] = self.answered[host]
         elif status == "returned":
             if self.lost.pop(host, None) is None:
                 self._problem(record["seq"], f"{host} returned, but it was not lost")
             self.silent.pop(host, None)
+            self._heard(host, record["ts"])
         else:
             self._problem(record["seq"], f"host {host}: unknown state {status!r}")
+
+    def _heard(self, host: str, ts: str) -> None:
+        if ts > self.answered.get(host, ""):  # fixed-width UTC times compare as text
+            self.answered[host] = ts
 
     def _fence(self, record: dict[str, Any]) -> None:
         data = record["data"]
@@ -549,6 +564,7 @@ class State:
             "drains": [d for held in self.drains.values() for d in held.values()],
             "silent": dict(self.silent),
             "lost": list(self.lost.values()),
+            "answered": dict(self.answered),
             "fences": list(self.fences.values()),
             "quarantined": list(self.quarantined.values()),
             "team_usage": dict(self.team_usage),
@@ -578,6 +594,7 @@ class State:
         # Written by versions that notice lost nodes; older snapshots have none.
         state.silent = dict(raw.get("silent", {}))
         state.lost = {entry["host"]: dict(entry) for entry in raw.get("lost", [])}
+        state.answered = dict(raw.get("answered", {}))  # older snapshots: none recorded
         state.fences = {fence_key(f["host"], f["node_id"]): dict(f) for f in raw.get("fences", [])}
         # Written by versions that keep quarantined holds; older snapshots have none.
         state.quarantined = {q["id"]: dict(q) for q in raw.get("quarantined", [])}

@@ -30,7 +30,7 @@ import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.hw import catalog
@@ -44,6 +44,7 @@ from gpupoolctl.sched.cards import (
     layout_text,
     predicted_slices,
 )
+from gpupoolctl.sched.explain import due_in, recut_wait
 from gpupoolctl.sched.ids import natural
 from gpupoolctl.sched.pool import island_key
 from gpupoolctl.sched.request import JobRequest, host_matches, shape_matches
@@ -341,11 +342,7 @@ def kept_text(cards: Sequence[AnyCard], inputs: ElasticInputs, now: datetime) ->
         if changed is not None:
             waits.append(inputs.policy.min_idle_s - (now - changed).total_seconds())
     soonest = min(waits, default=0.0)
-    if soonest <= 0:
-        return "kept to be cut"
-    from gpupoolctl.policy.values import duration_text
-
-    return f"kept to be cut in {duration_text(math.ceil(soonest))} (min-idle)"
+    return "kept to be cut" + (f" {due_in(soonest, 'min-idle')}" if soonest > 0 else "")
 
 
 def hidden_cards(request: JobRequest, pool: PoolView, inputs: ElasticInputs) -> list[AnyCard]:
@@ -492,6 +489,79 @@ def plan_recuts(
             free = [c for c in free if c.card.key != recut.card.key]
             served.update(e.id for e in ready if (e.job or e.id) in recut.jobs)
     return chosen
+
+
+@dataclass(frozen=True)
+class Upcoming:
+    """A re-cut for waiting work and when a pass may make it: `wait_s` from now (0: the pass
+    that decided it makes it), held until then by `cause` ("batch window": the work has not
+    waited long enough yet; "min-idle": the card has not been idle long enough yet)."""
+
+    recut: Recut
+    wait_s: float = 0.0
+    cause: str | None = None
+
+    def reason(self) -> str:
+        return recut_wait(self.recut.describe(), self.wait_s, self.cause)
+
+
+# Later moments foresee_recuts looks at (each one more plan_recuts): a queue whose work
+# becomes ready at more distinct moments than this is told the first ones only.
+LOOKAHEAD = 8
+
+
+def foresee_recuts(
+    waiting: Sequence[QueueEntry],
+    pool: PoolView,
+    inputs: ElasticInputs,
+    now: datetime,
+    made: Sequence[Recut] = (),
+    may_recut: Callable[[QueueEntry, AnyCard], bool] | None = None,
+) -> dict[str, Upcoming]:
+    """Entry id -> the re-cut a later pass would make for it and when, for the `waiting`
+    work (plan_recuts' input) that this pass's re-cuts (`made`) do not serve: plan_recuts
+    itself, asked at each later moment something changes (a batch window ends, a card's
+    min-idle ends), the pool as it stands, without the cards and work of earlier moments.
+    Work no re-cut serves even then (every card held, none allowed) is not in it."""
+    policy = inputs.policy
+    served = {job for recut in made for job in recut.jobs}
+    rest = [e for e in waiting if (e.job or e.id) not in served]
+    if not policy.enabled or not rest:
+        return {}
+    window = timedelta(seconds=policy.batch_window_s)
+    min_idle = timedelta(seconds=policy.min_idle_s)
+    card_ready: dict[str, datetime] = {}  # idle cards whose min-idle has not passed yet
+    for card in inputs.cards.values():
+        changed = inputs.changed_at(card)
+        if changed is not None and changed + min_idle > now and _idle(pool, card):
+            card_ready[card.key] = changed + min_idle
+    ready_at = {e.id: e.enqueued + window for e in rest}
+    moments = sorted({t for t in (*ready_at.values(), *card_ready.values()) if t > now})
+    if made:  # the next round of this pass re-cuts what this one's budget left over
+        moments.insert(0, now)
+    blocked = {**inputs.blocked, **{r.card.key: "re-cut earlier" for r in made}}
+    found: dict[str, Upcoming] = {}
+    for moment in moments[:LOOKAHEAD]:
+        later = replace(inputs, blocked=blocked)
+        by_job = {e.job or e.id: e for e in rest}
+        for recut in plan_recuts(rest, pool, later, moment, may_recut):
+            blocked[recut.card.key] = "re-cut earlier"
+            idle = recut.idle_s
+            if idle is not None:  # as the card stands now, not at `moment`
+                recut = replace(recut, idle_s=idle - (moment - now).total_seconds())
+            # What ended at this moment: the card's min-idle, else a batch window (this
+            # entry's, or that of the work whose re-cut it shares).
+            cause = None
+            if moment > now:
+                cause = "min-idle" if card_ready.get(recut.card.key) == moment else "batch window"
+            for job in recut.jobs:
+                entry = by_job.get(job)
+                if entry is not None and entry.id not in found:
+                    found[entry.id] = Upcoming(recut, (moment - now).total_seconds(), cause)
+        rest = [e for e in rest if e.id not in found]
+        if not rest:
+            break
+    return found
 
 
 def _take_spare(request: JobRequest, spare: list[tuple[int, dict[str, Any]]]) -> int | None:
@@ -720,7 +790,9 @@ __all__ = [
     "ElasticInputs",
     "Recut",
     "RecutReach",
+    "Upcoming",
     "candidates",
+    "foresee_recuts",
     "glob_hosts",
     "hidden_cards",
     "hidden_for",

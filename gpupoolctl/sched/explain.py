@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from gpupoolctl.hw.units import gib_text
@@ -80,3 +81,30 @@ def not_free(taken: Sequence[tuple[str, int]]) -> str:
     """ ": 4 held, 4 drained, 8 on a lost node": why the matching slices that are not free
     are not ("" when all are free)."""
     return (": " + ", ".join(f"{n} {why}" for why, n in taken)) if taken else ""
+
+
+# -- when an elastic re-cut is made -------------------------------------------------------
+
+# Nothing runs on its own: a re-cut that is not due yet is made by the first pass after it
+# is, whichever command runs it.
+PASS_ACTS = "next `schedule` pass or `submit`/`jobs` acts then"
+
+
+def due_in(wait_s: float, cause: str) -> str:
+    """ "in 25s (batch window)", "in 3m40s (min-idle)": how long until a re-cut may be made,
+    in whole seconds rounded up, and the policy setting that holds it until then."""
+    from gpupoolctl.policy.values import duration_text
+
+    return f"in {duration_text(max(1, math.ceil(wait_s)))} ({cause})"
+
+
+def recut_wait(recut: str, wait_s: float = 0.0, cause: str | None = None) -> str:
+    """Why work waits for an elastic re-cut, and when it is made: `recut` says what the
+    re-cut does (Recut.describe()), `wait_s` how long until a pass may make it and `cause`
+    what holds it until then ("batch window", "min-idle"). Without a wait, the pass that
+    decided it makes it. The one wording of `submit`'s, `jobs`' and `schedule`'s reasons and
+    of `submit --dry-run`."""
+    text = f"waits for a re-cut: {recut}"
+    if wait_s <= 0 or cause is None:
+        return text
+    return f"{text} {due_in(wait_s, cause)}, {PASS_ACTS}"

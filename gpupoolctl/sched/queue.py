@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.sched import shares as share_rules
 from gpupoolctl.sched.entry import QueueEntry
+from gpupoolctl.sched.explain import recut_wait
 from gpupoolctl.sched.place import NoFit, Placement, place
 from gpupoolctl.sched.pool import Holder, PoolView
 from gpupoolctl.sched.preempt import choose_preemption
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from gpupoolctl.ledger.state import State
     from gpupoolctl.sched.cards import AnyCard
     from gpupoolctl.sched.clearing import ClearingPlan
-    from gpupoolctl.sched.elastic import ElasticInputs, Recut
+    from gpupoolctl.sched.elastic import ElasticInputs, Recut, Upcoming
     from gpupoolctl.sched.shares import ShareInputs
 
 AGING_INTERVAL = timedelta(minutes=2)
@@ -99,6 +100,22 @@ class PassResult:
     # With teams: the preemption is a reclaim (victims are requeued, whatever they asked)
     reclaim: bool = False
     borrowed: set[str] = field(default_factory=set)  # entries placed above their nominal
+    # With `foresee`: entry id -> the re-cut a later pass makes for it, and when
+    upcoming: dict[str, Upcoming] = field(default_factory=dict)
+
+    def recut_for(self, entry: QueueEntry) -> Recut | None:
+        """The re-cut this pass makes for the entry, if any."""
+        job = entry.job or entry.id
+        return next((r for r in self.recuts if job in r.jobs), None)
+
+    def waiting_reason(self, entry: QueueEntry, nofit: NoFit) -> str:
+        """Why a waiting entry waits: the re-cut made for it (now, or when a later pass
+        may make it: sched.explain.recut_wait), else why nothing fits."""
+        recut = self.recut_for(entry)
+        if recut is not None:
+            return recut_wait(recut.describe())
+        coming = self.upcoming.get(entry.id)
+        return coming.reason() if coming is not None else nofit.reason
 
 
 def schedule_pass(
@@ -113,6 +130,7 @@ def schedule_pass(
     no_preempt: frozenset[str] = frozenset(),
     elastic: ElasticInputs | None = None,
     shares: ShareInputs | None = None,
+    foresee: bool = False,
 ) -> PassResult:
     """Place what fits, in queue order. Each placement is held on `pool` (as a Holder named
     after the entry id) so later entries see it: pass a view you do not need afterwards.
@@ -120,6 +138,8 @@ def schedule_pass(
     `preempt`: an entry that does not fit may name victims (not for entry ids in
     `no_preempt`: their earlier victims are still stopping). `elastic`: re-cut idle cards.
     `shares`: teams' quotas (limits, borrowing, reclaim) and fair-share order (sched.shares).
+    `foresee` (with `elastic`): also the re-cut a later pass makes for work this one leaves
+    waiting, and when (`upcoming`: what its reason tells; sched.elastic.foresee_recuts).
     """
     result = PassResult()
     # The pass only ever takes slices, so a request that did not fit cannot fit later in the
@@ -292,6 +312,10 @@ def schedule_pass(
         if result.kept_for or starving:
             may_recut = partial(_may_recut, kept=result.kept_for, starving=starving, usage=usage)
         result.recuts = plan_recuts(ready, pool, elastic, now, may_recut)
+        if foresee:
+            from gpupoolctl.sched.elastic import foresee_recuts
+
+            result.upcoming = foresee_recuts(ready, pool, elastic, now, result.recuts, may_recut)
     return result
 
 

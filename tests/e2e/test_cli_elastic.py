@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,8 @@ def test_small_work_waits_behind_whole_cards_then_schedule_recuts_an_idle_card(
     queued = job(jobs_cli, job_id, waiting)
     # Not on a whole 80 GB card: elastic keeps them to be cut, and the batch window holds.
     assert queued["state"] == "queued", queued
-    assert "kept to be cut" in (queued.get("reason") or ""), queued
+    assert queued["reason"].startswith(f"waits for a re-cut: re-cut idle {DGX}/gpu"), queued
+    assert "(batch window), next `schedule` pass" in queued["reason"], queued
     assert reshapes(jobs_cli) == []
     assert all(s["kind"] == "gpu" for s in dgx_slices(jobs_cli))
 
@@ -308,3 +310,98 @@ def test_same_node_work_no_node_could_hold_even_re_cut_is_refused_at_submit(
     run = jobs_cli(*base, "--gpus", "14", "--mem", "10G", "-l", DGX, "--", "true")
     assert run.code == 0, run.stderr
     assert job(jobs_cli, run.stdout.strip(), policy)["state"] == "queued"
+
+
+POOL_POLICY = Path(__file__).resolve().parents[2] / "playbooks" / "pool.yaml"
+T0 = datetime(2026, 12, 7, 10, 0, tzinfo=UTC)
+WHEN_DUE = "next `schedule` pass or `submit`/`jobs` acts then"
+
+
+def at(seconds: float) -> dict[str, str]:
+    """The ledger's clock, `seconds` after T0: time passes in the test without a sleep."""
+    return {"GPUPOOL_NOW": (T0 + timedelta(seconds=seconds)).isoformat()}
+
+
+def test_the_dry_run_and_the_waiting_job_say_when_the_batch_window_lets_the_re_cut_happen(
+    jobs_cli,
+) -> None:
+    """playbooks/pool.yaml: batch-window 30s. `submit --dry-run` says what the real submit
+    then does (wait, for which re-cut, for how long and why), in the same words; `jobs`
+    counts down; the pass at the end of the window makes that re-cut and starts the job."""
+    policy = ["--pool-policy", str(POOL_POLICY), "-l", DGX]
+    waits = (
+        f"waits for a re-cut: re-cut idle {DGX}/gpu0 (whole card) into 7 x 1g.10gb "
+        f"in 30s (batch window), {WHEN_DUE}"
+    )
+    dry = jobs_cli("-q", *policy, "submit", "--mem", "10G", "--dry-run", "--", "true",
+                   extra_env=at(0))  # fmt: skip
+    assert dry.code == 0, dry.stderr
+    assert dry.stdout.strip() == f"would wait in the queue: {waits}"
+    doc = jobs_cli("-q", *policy, "-o", "json", "submit", "--mem", "10G", "--dry-run", "--",
+                   "true", extra_env=at(0)).json()  # fmt: skip
+    assert doc["reason"] == waits
+    assert doc["recut"]["in_s"] == 30 and doc["recut"]["held_by"] == "batch window"
+    assert reshapes(jobs_cli) == []  # a dry run changes nothing
+
+    run = jobs_cli(*policy, "submit", "--mem", "10G", "--", PY, "-c", PRINT_DEVICES,
+                   extra_env=at(0))  # fmt: skip
+    assert run.code == 0, run.stderr
+    job_id = run.stdout.strip()
+    assert f"{job_id}: queued: {waits}" in run.stderr  # word for word what the dry run said
+
+    listed = jobs_cli("-q", *policy, "jobs", "-o", "json", extra_env=at(5)).json()
+    assert [j["reason"] for j in listed] == [waits.replace("in 30s", "in 25s")]
+    early = jobs_cli("-q", *policy, "-o", "json", "schedule", extra_env=at(29.5))
+    assert [e["event"] for e in early.json()] == ["waiting"] and reshapes(jobs_cli) == []
+    assert "in 1s (batch window)" in early.json()[0]["reason"]
+
+    due = jobs_cli("-q", *policy, "-o", "json", "schedule", extra_env=at(30))
+    assert due.code == 0, due.stderr
+    events = {e["event"]: e for e in due.json()}
+    assert events["reshaped"]["gpu"] == f"{DGX}/gpu0" and events["reshaped"]["jobs"] == [job_id]
+    assert events["started"]["job"] == job_id
+
+
+def test_a_card_given_back_a_minute_ago_is_re_cut_when_its_min_idle_has_passed(
+    jobs_cli,
+) -> None:
+    """playbooks/pool.yaml: min-idle 5m. Every card of the node was given back a minute ago:
+    the reason says the re-cut waits 4 more minutes for min-idle, not the batch window."""
+    policy = ["--pool-policy", str(POOL_POLICY), "-l", DGX]
+    run = jobs_cli("-q", *policy, "submit", "--gpus", "8", "--", "sleep", "600", extra_env=at(0))
+    assert run.code == 0, run.stderr
+    assert jobs_cli("-q", "cancel", run.stdout.strip(), extra_env=at(60)).code == 0
+
+    waits = (
+        f"waits for a re-cut: re-cut idle {DGX}/gpu0 (whole card, idle 60 s) into "
+        f"7 x 1g.10gb in 4m (min-idle), {WHEN_DUE}"
+    )
+    dry = jobs_cli("-q", *policy, "submit", "--mem", "10G", "--dry-run", "--", "true",
+                   extra_env=at(120))  # fmt: skip
+    assert dry.stdout.strip() == f"would wait in the queue: {waits}", dry.stderr
+    small = jobs_cli(*policy, "submit", "--mem", "10G", "--", PY, "-c", PRINT_DEVICES,
+                     extra_env=at(120))  # fmt: skip
+    assert small.code == 0, small.stderr
+    assert f"queued: {waits}" in small.stderr
+
+    # The batch window (30s) has long passed; min-idle has not, until 10:06.
+    early = jobs_cli("-q", *policy, "-o", "json", "schedule", extra_env=at(359))
+    assert "in 1s (min-idle)" in early.json()[-1]["reason"] and reshapes(jobs_cli) == []
+    due = jobs_cli("-q", *policy, "-o", "json", "schedule", extra_env=at(360))
+    events = {e["event"]: e for e in due.json()}
+    assert events["started"]["job"] == small.stdout.strip(), due.json()
+
+
+def test_submit_wait_says_once_what_it_waits_for_while_the_countdown_runs(
+    jobs_cli, tmp_path: Path
+) -> None:
+    """`submit --wait` runs a pass every second while the job waits: the re-cut it waits for
+    is told once, not again at every tick of its countdown; then the job runs."""
+    policy = write_policy(tmp_path, batch_window="3s")  # real seconds: --wait's own passes
+    run = jobs_cli("--pool-policy", str(policy), "-l", DGX, "submit", "--wait", "--mem", "10G",
+                   "--", PY, "-c", "print('ran')")  # fmt: skip
+    assert run.code == 0, run.stderr
+    assert run.stdout == "ran\n"
+    told = [line for line in run.stderr.splitlines() if ": queued: " in line]
+    assert len(told) == 1, run.stderr
+    assert "waits for a re-cut: re-cut idle" in told[0] and "(batch window)" in told[0]

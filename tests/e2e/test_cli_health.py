@@ -78,3 +78,38 @@ def test_bad_fault_specs_are_usage_errors(cli) -> None:
         assert run.code == 2, (args, run.stdout, run.stderr)
         assert len(run.stderr.strip().splitlines()) == 1, run.stderr
         assert "Traceback" not in run.stderr
+
+
+def test_a_node_lost_is_told_by_when_it_last_answered_not_by_the_first_failed_poll(
+    jobs_cli, tmp_path
+) -> None:
+    """Each pass is its own process (cron's `schedule`): the ledger keeps when the node last
+    answered, and a node lost says that time, as the drain, the pass and `top` show it."""
+    policy = tmp_path / "health.yaml"
+    policy.write_text("version: 1\nhealth:\n  node-dead-after: 90s\n")
+
+    def at(clock: str) -> dict[str, str]:
+        return {"GPUPOOL_NOW": f"2026-12-07T10:{clock}Z"}
+
+    loop = ["-q", "--pool-policy", str(policy)]
+    run = jobs_cli(*loop, "-l", DGX, "submit", "--", "sleep", "600", extra_env=at("00:00"))
+    assert run.code == 0, run.stderr
+    job_id = run.stdout.strip()
+    assert jobs_cli(*loop, "schedule", extra_env=at("00:30")).code == 0  # it answers
+    assert jobs_cli("-q", "sim", "fault", DGX, "node-down").code == 0
+    silent = jobs_cli(*loop, "schedule", extra_env=at("01:00"))  # the first failed poll
+    assert silent.code == 3 and DGX in silent.stderr, silent.stderr
+    lost = jobs_cli(*loop, "-o", "json", "schedule", extra_env=at("02:30"))
+    (event,) = [e for e in lost.json() if e["event"] == "node-lost"]
+    assert event["answered"] == "2026-12-07T10:00:30.000Z", event
+    assert event["since"] == "2026-12-07T10:01:00.000Z"  # what node-dead-after counted from
+
+    drains = {d["target"]: d for d in jobs_cli("-q", "drain", "-o", "json").json()}
+    reason = drains[DGX]["reason"]
+    assert reason.startswith("node lost: no answer since 2026-12-07T10:00:30.000Z"), reason
+    ended = {j["id"]: j for j in jobs_cli("-q", "jobs", "--all", "--no-refresh", "-o",
+                                          "json").json()}  # fmt: skip
+    assert ended[job_id]["state"] == "failed"
+    assert f"{DGX} did not answer for 2m" in ended[job_id]["reason"], ended[job_id]
+    top = jobs_cli("-q", "top", "--once", extra_env=at("02:40"))
+    assert "lost: no answer since 2026-12-07T10:00:30.000Z" in top.stdout, top.stdout

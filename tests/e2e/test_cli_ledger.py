@@ -159,6 +159,42 @@ def test_hold_on_a_slice_that_is_gone_fails_verify(cli, tmp_path):
     assert cli("ledger", "verify", extra_env=env).code == 0
 
 
+LAYOUTS = str(Path(__file__).resolve().parents[2] / "playbooks" / "layouts.yaml")
+
+
+def test_pool_summary_counts_the_orphaned_holds_ledger_verify_reports(cli):
+    """Two holds on MIG instances of sg-dgx01, then the node goes back to whole cards behind
+    the ledger's back: `ledger verify` reports two orphans, and `pool --summary` shows them
+    on the node (table, CSV, JSON), not a node that looks all free."""
+    inference = cli("-q", "partition", "apply", "-f", LAYOUTS, "-c", "inference", "--yes")
+    assert inference.code == 0, inference.stderr
+    for _ in range(2):
+        assert cli("-q", "alloc", "--profile", "1g.10gb", "--host", "sg-dgx01").code == 0
+    assert cli("-q", "-l", "sg-dgx01", "sim", "reset", "--force").code == 0
+
+    verify = cli("-q", "ledger", "verify", "-o", "json")
+    assert verify.code == 4
+    orphans = [p for p in verify.json()["problems"] if p["kind"] == "orphan"]
+    assert sorted(p["where"] for p in orphans) == ["a-2", "a-3"]
+
+    table = cli("-q", "pool", "--summary")
+    assert table.code == 0, table.stderr
+    header, *rows = table.stdout.splitlines()
+    assert header.split()[:5] == ["HOST", "SLICES", "FREE", "HELD", "ORPHANED"]
+    cells = {row.split()[0]: row.split()[1:5] for row in rows}
+    assert cells["sg-dgx01"] == ["8", "8", "0", "2"]  # whole again, all free, 2 orphaned
+    assert all(c[3] == "0" for host, c in cells.items() if host != "sg-dgx01")
+    doc = cli("-q", "pool", "--summary", "--no-refresh", "-o", "json").json()
+    counted = {n["host"]: n["orphaned"] for n in doc["nodes"]}
+    assert sum(counted.values()) == len(orphans) == len(doc["orphans"])
+    rows = list(csv.DictReader(io.StringIO(
+        cli("-q", "pool", "--summary", "--no-refresh", "-o", "csv").stdout)))  # fmt: skip
+    assert {r["host"]: int(r["orphaned"]) for r in rows} == counted
+    # A host filter keeps its own: another node shows none.
+    other = cli("-q", "pool", "--summary", "--no-refresh", "--host", "sg-dgx02", "-o", "json")
+    assert [(n["host"], n["orphaned"]) for n in other.json()["nodes"]] == [("sg-dgx02", 0)]
+
+
 def test_ledger_option_beats_environment_and_bad_input_is_usage(cli, tmp_path):
     path = prepared(tmp_path)
     other = tmp_path / "other.jsonl"

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -184,3 +185,27 @@ def test_top_facts_adds_what_the_nodes_say_and_exit_3_for_a_silent_node(jobs_cli
     assert f"  {DRAINED}  ok" in down.stdout  # still drawn, from the ledger
     others = [line for line in down.stdout.splitlines() if line.startswith("    gpu")]
     assert sum("used " in line for line in others) == len(others) - 4  # its 4 GPUs: no facts
+
+
+LAYOUTS = str(Path(__file__).resolve().parents[2] / "playbooks" / "layouts.yaml")
+
+
+def test_top_counts_physical_cards_and_one_total_memory_with_or_without_facts(cli) -> None:
+    """The bundled pool is 36 cards whatever they are cut into (an MI300X in DPX or CPX is
+    one card, not two or eight), and its memory is the cards' as the nodes report it, the
+    same total whether `top` read the nodes' facts or not."""
+    assert cli("-q", "pool").code == 0
+    facts = cli("-q", "inventory", "-o", "json")
+    assert facts.code == 0, facts.stderr
+    cards_mib = sum(g["memory_total_mib"] for h in facts.json()["hosts"]
+                    for g in h["facts"]["gpus"])  # fmt: skip
+    for config in ("mixed", "inference"):  # the MI300X hive in DPX, then CPX (64 GPUs)
+        applied = cli("-q", "partition", "apply", "-f", LAYOUTS, "-c", config, "--yes")
+        assert applied.code == 0, applied.stderr
+        plain = cli("-q", "top", "--once", "-o", "json").json()["totals"]
+        read = cli("-q", "top", "--once", "--facts", "1m", "-o", "json").json()["totals"]
+        assert plain["gpus"] == read["gpus"] == 36, (config, plain, read)
+        assert plain["memory_mib"] == read["memory_mib"] == cards_mib, (config, plain, read)
+        head = cli("-q", "top", "--once").stdout.splitlines()[1]
+        assert head.startswith("6 nodes, 36 GPUs, "), head
+        assert f"of {cards_mib * 10 // 1024 / 10:.1f} GiB held" in head, head

@@ -102,7 +102,7 @@ def test_top_follows_the_pool_filters_and_quits_cleanly(jobs_cli, terminal, tmp_
     terminal.keys("Tab")
     terminal.keys("Enter")
     screen = terminal.wait_for(lambda s: f"job {job_id}" in s, "the job's details")
-    assert "why it waits:" in screen and "kept to be cut" in screen, screen
+    assert "why it waits:" in screen and "waits for a re-cut" in screen, screen
     terminal.keys("Escape")
     terminal.wait_for(lambda s: "q quit" in s, "the panes again")
 

@@ -380,3 +380,24 @@ def test_a_kept_frame_always_equals_one_drawn_from_nothing(tmp_path_factory, ste
         kept = builder.frame(view.state, view.now, touched=follower.take_touched())
         fresh = build_frame(view.state, view.now)
         assert kept == fresh, (number, action)
+
+
+def test_the_pools_memory_is_its_cards_with_or_without_facts_and_in_the_held_share(
+    tmp_path: Path,
+) -> None:
+    """A card cut into two 1g.10gb instances still has all of its 80 GB: the total counts
+    the card's memory (what its slices carry from its facts), the same whether the frame
+    has the nodes' facts or not, and the last hour's held share is of the same total."""
+    clock = Clock()
+    ledger = Ledger(tmp_path / "ledger.jsonl", durable=False, actor="t@h", clock=clock)
+    cut = [{**mig("sg-a", 1, n), "gpu_memory_mib": 81920} for n in (0, 1)]
+    ledger.refresh_slices(["sg-a"], [card("sg-a", 0), *cut])
+    hold(ledger, [cut[0]["id"]], "ann")
+    view = ledger.read()
+    facts = {"sg-a": {"gpus": [{"index": i, "memory_total_mib": 81920, "memory_used_mib": 5}
+                               for i in (0, 1)]}}  # fmt: skip
+    plain = build_frame(view.state, view.now).totals
+    read = build_frame(view.state, view.now, facts=facts).totals
+    assert plain.memory_mib == read.memory_mib == 2 * 81920
+    assert held_fraction(view.state, view.now) == pytest.approx(9984 / (2 * 81920))
+    assert plain.held_mib / plain.memory_mib == held_fraction(view.state, view.now)

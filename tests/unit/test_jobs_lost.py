@@ -12,7 +12,7 @@ import pytest
 
 from gpupoolctl.jobs import Jobs, JobSpec, Nodes
 from gpupoolctl.jobs.control import refresh
-from gpupoolctl.ledger import Ledger
+from gpupoolctl.ledger import Ledger, State
 from gpupoolctl.ledger.drains import drain
 from gpupoolctl.policy import HealthPolicy, PoolPolicy
 from gpupoolctl.remote.results import HostResult
@@ -319,3 +319,61 @@ def test_submit_does_not_wait_on_a_lost_node_the_loop_asks_it(pool: Any) -> None
     assert host not in asked  # submit's reap leaves the lost node alone
     refresh(jobs)
     assert host in asked  # the scheduling loop's pass asks it
+
+
+def another_process(jobs: Jobs) -> Jobs:
+    """The same ledger and nodes, as a new command sees them: it remembers no poll."""
+    return Jobs(jobs.ledger, jobs.nodes, owner="alice", policy=jobs.policy)
+
+
+def test_a_node_lost_is_told_by_its_last_answer_whichever_process_heard_it(pool: Any) -> None:
+    jobs, fleet, clock = pool
+    job_id = submit(jobs)
+    host = host_of(jobs, job_id)
+    clock.advance(30)
+    refresh(another_process(jobs))  # cron's pass at 09:00:30: it answers
+    clock.advance(30)
+    fleet.down.add(host)
+    refresh(another_process(jobs))  # 09:01:00: the first poll that fails
+    state = state_of(jobs)
+    assert state.silent[host].startswith("2026-12-01T09:01:00")  # the silence counted
+    assert state.answered[host].startswith("2026-12-01T09:00:30")
+    clock.advance(90)
+    events = refresh(another_process(jobs)).events
+    state = state_of(jobs)
+    assert host in state.lost
+    reason = state.drains[host]["reason"]
+    assert reason.startswith("node lost: no answer since 2026-12-01T09:00:30"), reason
+    assert state.finished[job_id]["error"] == f"node lost: {host} did not answer for 2m"
+    lost = next(e for e in events if e["event"] == "node-lost")
+    assert lost["answered"].startswith("2026-12-01T09:00:30")
+    assert lost["since"].startswith("2026-12-01T09:01:00")
+    assert state.lost[host]["answered"] == state.answered[host]
+    assert jobs.ledger.verify().ok, jobs.ledger.verify().problems
+
+
+def test_answers_are_recorded_at_most_once_a_third_of_node_dead_after(pool: Any) -> None:
+    jobs, _fleet, clock = pool
+    submit(jobs)
+    for _ in range(7):  # a pass every 10 s for a minute
+        refresh(another_process(jobs))
+        clock.advance(10)
+    heard = [r for r in records(jobs) if r["op"] == "host" and r["data"]["state"] == "heard"]
+    # 09:00:00, 09:00:30 and 09:01:00: node-dead-after is 90 s.
+    assert [r["ts"][11:19] for r in heard] == ["09:00:00", "09:00:30", "09:01:00"]
+
+
+def test_a_ledger_from_before_answers_were_recorded_says_what_it_knows(pool: Any) -> None:
+    jobs, fleet, clock = pool
+    job_id = submit(jobs)
+    host = host_of(jobs, job_id)
+    fleet.down.add(host)
+    refresh(another_process(jobs))  # no answer recorded: the first poll fails
+    clock.advance(90)
+    refresh(another_process(jobs))
+    reason = state_of(jobs).drains[host]["reason"]
+    assert reason.startswith("node lost: no answer since 2026-12-01T09:00:00.000Z or earlier")
+    # A snapshot written before `answered` existed loads without it.
+    raw = state_of(jobs).to_dict()
+    del raw["answered"]
+    assert State.from_dict(raw).answered == {}
