@@ -342,7 +342,7 @@ def test_a_node_lost_is_told_by_its_last_answer_whichever_process_heard_it(pool:
     events = refresh(another_process(jobs)).events
     state = state_of(jobs)
     assert host in state.lost
-    reason = state.drains[host]["reason"]
+    reason = state.drains[host]["health"]["reason"]
     assert reason.startswith("node lost: no answer since 2026-12-01T09:00:30"), reason
     assert state.finished[job_id]["error"] == f"node lost: {host} did not answer for 2m"
     lost = next(e for e in events if e["event"] == "node-lost")
@@ -371,7 +371,7 @@ def test_a_ledger_from_before_answers_were_recorded_says_what_it_knows(pool: Any
     refresh(another_process(jobs))  # no answer recorded: the first poll fails
     clock.advance(90)
     refresh(another_process(jobs))
-    reason = state_of(jobs).drains[host]["reason"]
+    reason = state_of(jobs).drains[host]["health"]["reason"]
     assert reason.startswith("node lost: no answer since 2026-12-01T09:00:00.000Z or earlier")
     # A snapshot written before `answered` existed loads without it.
     raw = state_of(jobs).to_dict()
