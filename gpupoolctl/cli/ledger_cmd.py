@@ -174,8 +174,6 @@ def pool(
     ledger = open_ledger(settings)
     failed: list[Any] = []
     shown: set[str] | None = None
-    if host is not None and not host.strip():
-        raise UsageError("--host must not be empty")
 
     def wanted(names: set[str]) -> set[str]:
         """The hosts --host keeps (all without it); none is an unknown host, exit 1."""
@@ -361,7 +359,6 @@ def alloc(
         source = ctx.get_parameter_source("gpus")
         if source is None or source.name == "DEFAULT":
             count = old_count  # --gpus given as well wins
-    # An empty value is a mistake (an unset shell variable), never "not given".
     request = JobRequest(
         gpus=count,
         profile=profile,
@@ -371,8 +368,6 @@ def alloc(
     )
     life: timedelta | None = parse_duration(ttl) if ttl is not None else None
     who = owner if owner is not None else current_user()
-    if not who.strip():
-        raise UsageError("--owner must not be empty")
     ledger = open_ledger(settings)
     discover_slices(settings, ledger)
     done = hold(ledger, request, owner=who, ttl=life)  # placed by sched, held by the ledger
