@@ -9,12 +9,14 @@ command after `--`. One rule, installed on every parameter as the commands are b
 
 A command that stops parsing options at its first plain word (`submit -- CMD ARGS...`) takes
 a command line: its program must be named, its arguments are the user's own and may be
-empty (`submit -- printf '%s' ''`). Values from the environment are not seen here: click
-reads a set-but-empty variable as unset, and the root says so itself.
+empty (`submit -- printf '%s' ''`). A variable an option reads (GPUPOOL_LEDGER) that holds
+only spaces is refused naming the variable; one set to nothing click reads as unset, and the
+root says so itself.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from gpupoolctl.cli.argv import interspersed
@@ -49,6 +51,11 @@ def empty_value(value: Any, first_item_only: bool = False) -> bool:
     return False
 
 
+def set_but_empty(variable: str) -> UsageError:
+    """The error for a variable set to nothing or spaces: never read as "not given"."""
+    return UsageError(f"{variable} is set but empty: unset it, or give it a value")
+
+
 def _install(param: Any, first_item_only: bool) -> None:
     consume = param.consume_value
 
@@ -56,6 +63,8 @@ def _install(param: Any, first_item_only: bool) -> None:
         value, source = consume(ctx, opts)
         given = source is not None and source.name in _GIVEN
         if given and not ctx.resilient_parsing and empty_value(value, first_item_only):
+            if source.name == "ENVIRONMENT":
+                raise set_but_empty(_variable(param))
             raise UsageError(f"{_name(param)} must not be empty")
         return value, source
 
@@ -68,6 +77,12 @@ def _name(param: Any) -> str:
     if getattr(param, "param_type_name", "") == "argument" or not opts:
         return (param.name or "value").upper()
     return next((opt for opt in opts if opt.startswith("--")), opts[0])
+
+
+def _variable(param: Any) -> str:
+    envvar = param.envvar
+    names = [envvar] if isinstance(envvar, str) else list(envvar or ())
+    return next((name for name in names if os.environ.get(name)), names[0] if names else "?")
 
 
 def _variadic_argument(param: Any) -> bool:

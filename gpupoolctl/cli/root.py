@@ -15,8 +15,8 @@ import typer
 from gpupoolctl import __version__
 from gpupoolctl.cli.console import warn
 from gpupoolctl.cli.lazy import LazyCommand, LazyGroup
+from gpupoolctl.cli.nonempty import set_but_empty
 from gpupoolctl.cli.settings import OutputFormat, Settings
-from gpupoolctl.errors import UsageError
 
 # Every command, in the order `--help` lists them, with the module that defines it: only the
 # module of the command being run is imported (tests check the summaries match the modules').
@@ -177,7 +177,7 @@ def _refuse_empty_variables(ctx: typer.Context) -> None:
         source = ctx.get_parameter_source(param)
         given = source is not None and source.name != "DEFAULT"
         if not given and variable in os.environ and not os.environ[variable].strip():
-            raise UsageError(f"{variable} is set but empty: unset it, or set it to the file to use")
+            raise set_but_empty(variable)
 
 
 def _version(value: bool) -> None:

@@ -134,3 +134,14 @@ def test_ledger_records_nothing_for_a_refused_submit(cli) -> None:
         run = cli("--ledger", str(ledger), "submit", *args, "--", "true")
         assert run.code == 2, run.stderr
     assert not ledger.exists()
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+@pytest.mark.parametrize("variable", ["GPUPOOL_INVENTORY", "GPUPOOL_LEDGER", "GPUPOOL_POLICY"])
+def test_a_variable_set_to_nothing_or_spaces_is_the_same_usage_error(cli, variable, value):
+    run = cli("pool", "--summary", extra_env={variable: value})
+    assert run.code == 2, (run.code, run.stdout, run.stderr)
+    assert errors(run.stderr) == [
+        f"gpupoolctl: error: {variable} is set but empty: unset it, or give it a value"
+    ]
+    assert run.stdout == ""
