@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from gpupoolctl.errors import SourceError, UsageError
+from gpupoolctl.hw.shown import shown
 
 __all__ = [
     "MAX_DEPTH",
@@ -245,7 +246,7 @@ class YamlSource:
             raise self._error(exc, "bad value", node) from None
         except (ValueError, TypeError, OverflowError):  # `!!int x`: the tag's own parse failed
             tag = node.tag.rpartition(":")[2] or node.tag
-            raise self.fail(node, f"bad value: {node.value!r} is not a valid {tag}") from None
+            raise self.fail(node, f"bad value: {shown(node.value)} is not a valid {tag}") from None
 
     def items(self, node: yaml.Node) -> list[yaml.Node]:
         """A list's items; a single value counts as a list of one."""
@@ -278,13 +279,13 @@ class YamlSource:
             if not isinstance(key, str):
                 raise self.fail(key_node, f"{what}: keys must be plain strings")
             if key in own:
-                raise self.fail(key_node, f"{what}: duplicate key {key!r}")
+                raise self.fail(key_node, f"{what}: duplicate key {shown(key)}")
             if not merged:
                 own.add(key)
             if valid is not None and key not in valid:
                 raise self.fail(
                     key_node,
-                    f"{what}: unknown key {key!r}{did_you_mean(key, valid)}; "
+                    f"{what}: unknown key {shown(key)}{did_you_mean(key, valid)}; "
                     f"valid: {', '.join(valid)}",
                 )
             out[key] = (key_node, value_node)

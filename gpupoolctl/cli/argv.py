@@ -23,7 +23,7 @@ def hoist_global_options(args: list[str], root: Any) -> list[str]:
     leaf_names = set(leaf_arity)
     # A command like `submit` stops parsing options at its first plain word: what follows is
     # the user's own command line (`submit -- python train.py -f 3`) and must stay as it is.
-    stops_at_word = not _interspersed(leaf)
+    stops_at_word = not interspersed(leaf)
     head, tail = args[:path_end], args[path_end:]
     hoisted: list[str] = []
     kept: list[str] = []
@@ -49,7 +49,8 @@ def hoist_global_options(args: list[str], root: Any) -> list[str]:
     return hoisted + head + kept if hoisted else args
 
 
-def _interspersed(command: Any) -> bool:
+def interspersed(command: Any) -> bool:
+    """Whether the command takes options after its plain words (not `submit`'s argv)."""
     settings = getattr(command, "context_settings", None) or {}
     return bool(settings.get("allow_interspersed_args", True))
 

@@ -325,14 +325,6 @@ def mig_parted(
         _write(yaml.safe_dump(config, sort_keys=False, default_flow_style=False))
 
 
-def _folder(value: str) -> Path:
-    """An option naming a folder to write into: empty (an unset shell variable) is refused,
-    not read as the current folder."""
-    if not value:
-        raise typer.BadParameter("must not be empty")
-    return Path(value)
-
-
 # -- prometheus ----------------------------------------------------------------------------
 
 
@@ -343,7 +335,6 @@ def prometheus(
         Path | None,
         typer.Option(
             "--textfile",
-            parser=_folder,
             metavar="<path>",
             help="node_exporter's textfile folder: writes DIR/gpupoolctl.prom atomically. "
             "Default: stdout.",

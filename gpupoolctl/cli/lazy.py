@@ -20,6 +20,7 @@ from typer.core import TyperCommand, TyperGroup
 from typer.main import get_group
 
 from gpupoolctl.cli.coerce import install
+from gpupoolctl.cli.nonempty import refuse_empty_values
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ class LazyGroup(TyperGroup):
         self.commands.update(eager)
         self._listing = False
         install(self)  # the root's own options: plain values without pydantic
+        refuse_empty_values(self)  # and never an empty one
 
     def build(self, entry: LazyCommand) -> dict[str, Any]:
         """Import the entry's module and build its commands as the root's `add_typer` would."""
@@ -109,7 +111,10 @@ class LazyGroup(TyperGroup):
             register(app)
         else:
             app.add_typer(module.app, name=entry.name)
-        return {name: install(command) for name, command in get_group(app).commands.items()}
+        return {
+            name: refuse_empty_values(install(command))
+            for name, command in get_group(app).commands.items()
+        }
 
     def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
         if self._listing:

@@ -178,8 +178,6 @@ def pool(
     ledger = open_ledger(settings)
     failed: list[Any] = []
     shown: set[str] | None = None
-    if host is not None and not host.strip():
-        raise UsageError("--host must not be empty")
 
     def wanted(names: set[str]) -> set[str]:
         """The hosts --host keeps (all without it); none is an unknown host, exit 1."""
@@ -381,7 +379,6 @@ def alloc(
         source = ctx.get_parameter_source("gpus")
         if source is None or source.name == "DEFAULT":
             count = old_count  # --gpus given as well wins
-    # An empty value is a mistake (an unset shell variable), never "not given".
     request = JobRequest(
         gpus=count,
         profile=profile,
@@ -393,8 +390,6 @@ def alloc(
     life: timedelta | None = parse_duration(ttl) if ttl is not None else None
     actor = current_user()
     who = owner if owner is not None else actor
-    if not who.strip():
-        raise UsageError("--owner must not be empty")
     policy = resolve_policy(settings.pool_policy)
     admin = is_pool_admin(policy.admins, actor)
     request = replace(request, team=resolve_team(policy, who, team, admin=admin))

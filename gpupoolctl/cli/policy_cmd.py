@@ -50,8 +50,6 @@ def check(
     from gpupoolctl.policy.where import default_policy_path, policy_path
 
     settings: Settings = ctx.obj
-    if file is not None and not file.strip():
-        raise UsageError("FILE must not be empty")
     path = file if file is not None else policy_path(settings.pool_policy)
     if path is None:
         raise UsageError(

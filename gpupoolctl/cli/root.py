@@ -15,8 +15,8 @@ import typer
 from gpupoolctl import __version__
 from gpupoolctl.cli.console import warn
 from gpupoolctl.cli.lazy import LazyCommand, LazyGroup
+from gpupoolctl.cli.nonempty import set_but_empty
 from gpupoolctl.cli.settings import OutputFormat, Settings
-from gpupoolctl.errors import UsageError
 
 # Every command, in the order `--help` lists them, with the module that defines it: only the
 # module of the command being run is imported (tests check the summaries match the modules').
@@ -150,7 +150,7 @@ app = typer.Typer(
         "Pool a mixed NVIDIA/AMD GPU fleet from this workstation over SSH.\n\n"
         "Without -i/GPUPOOL_INVENTORY every command works on the bundled simulated pool.\n\n"
         "Exit codes: 0 ok, 1 error, 2 usage, 3 some hosts failed or were unreachable, "
-        "4 a check did not hold, 5 nothing fits."
+        "4 a check did not hold, 5 nothing fits, 130 interrupted (Ctrl-C)."
     ),
     cls=RootGroup,
     no_args_is_help=True,
@@ -160,23 +160,8 @@ app = typer.Typer(
 )
 
 
-def _given_path(value: str | Path) -> Path:
-    """A file option's value: empty (an unset shell variable) is a mistake, never "not
-    given" and never the current folder."""
-    if isinstance(value, Path):
-        return value
-    if not value.strip():
-        raise typer.BadParameter("must not be empty")
-    return Path(value)
-
-
-def _given_text(value: str) -> str:
-    if not value.strip():
-        raise typer.BadParameter("must not be empty (to act on every host, leave -l out)")
-    return value
-
-
-# Click reads an environment variable that is set but empty as unset: say so instead.
+# Click reads an environment variable that is set but empty as unset: say so instead (an
+# empty value on the command line is refused for every option: gpupoolctl.cli.nonempty).
 _PATH_VARIABLES = (
     ("GPUPOOL_INVENTORY", "inventory"),
     ("GPUPOOL_LEDGER", "ledger"),
@@ -192,7 +177,7 @@ def _refuse_empty_variables(ctx: typer.Context) -> None:
         source = ctx.get_parameter_source(param)
         given = source is not None and source.name != "DEFAULT"
         if not given and variable in os.environ and not os.environ[variable].strip():
-            raise UsageError(f"{variable} is set but empty: unset it, or set it to the file to use")
+            raise set_but_empty(variable)
 
 
 def _version(value: bool) -> None:
@@ -210,7 +195,6 @@ def root(
             "-i",
             "--inventory",
             envvar="GPUPOOL_INVENTORY",
-            parser=_given_path,
             help="Ansible-style inventory (YAML or INI). Default: the bundled simulated pool.",
         ),
     ] = None,
@@ -219,7 +203,6 @@ def root(
         typer.Option(
             "-l",
             "--limit",
-            parser=_given_text,
             help="Hosts to act on: Ansible patterns (a:b, a:&b, a:!b, ~regex, @file) "
             "or ClusterShell node sets (gpu[01-04,07]).",
         ),
@@ -248,16 +231,13 @@ def root(
     ] = OutputFormat.auto,
     ledger: Annotated[
         Path | None,
-        typer.Option(
-            "--ledger", envvar="GPUPOOL_LEDGER", parser=_given_path, help="Allocation ledger file."
-        ),
+        typer.Option("--ledger", envvar="GPUPOOL_LEDGER", help="Allocation ledger file."),
     ] = None,
     pool_policy: Annotated[
         Path | None,
         typer.Option(
             "--pool-policy",
             envvar="GPUPOOL_POLICY",
-            parser=_given_path,
             help="Pool policy file: what the scheduling loop may do (elastic re-cuts, health, "
             "teams and quotas, time windows, admins). "
             "Default: ~/.config/gpupoolctl/pool.yaml if it exists, else a static pool.",

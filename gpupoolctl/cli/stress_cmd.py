@@ -102,7 +102,7 @@ def _pool_backend(settings: Settings, scenario: Scenario) -> Backend:
         in_hosts=chosen.in_hosts(),
     )
     try:
-        backend.prepare()
+        backend.prepare(scenario.requests)
     except BaseException:
         sessions.close()
         raise

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gpupoolctl.hw.shown import shown
+
 
 def entry_problem(
     where: str, entry: Any, known: Sequence[str], required: Sequence[str]
@@ -18,9 +20,10 @@ def entry_problem(
         *head, last = required
         names = f"{', '.join(head)} and {last}" if head else last
         return f"{where} must be a mapping with {names}"
-    unknown = sorted(str(k) for k in entry if k not in known)
+    unknown = sorted((k for k in entry if k not in known), key=str)
     if unknown:
-        return f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})"
+        keys = ", ".join(shown(k) for k in unknown)
+        return f"{where}: unknown key(s) {keys} (known: {', '.join(known)})"
     missing = [k for k in required if entry.get(k) is None]
     if missing:
         return f"{where}: missing {', '.join(missing)}"

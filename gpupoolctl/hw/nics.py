@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from gpupoolctl.hw.entries import entry_problem
+from gpupoolctl.hw.shown import shown
 
 VAR = "sim_nics"
 KINDS = ("ethernet", "infiniband", "roce")
@@ -52,7 +53,7 @@ def parse_nics(value: Any) -> list[dict[str, Any]]:
             raise NicSpecError(problem)
         name = _name(where, entry["name"])
         if name in seen:
-            raise NicSpecError(f"{where}: {name} is already given in {VAR}[{seen[name]}]")
+            raise NicSpecError(f"{where}: {shown(name)} is already given in {VAR}[{seen[name]}]")
         seen[name] = index
         nics.append(
             {
@@ -68,26 +69,29 @@ def parse_nics(value: Any) -> list[dict[str, Any]]:
 
 def _name(where: str, value: Any) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME:
-        raise NicSpecError(f"{where}: name must be a port name such as ib0, got {value!r}")
+        raise NicSpecError(f"{where}: name must be a port name such as ib0, got {shown(value)}")
     if any(c.isspace() for c in value):
-        raise NicSpecError(f"{where}: name must not contain spaces, got {value!r}")
+        raise NicSpecError(f"{where}: name must not contain spaces, got {shown(value)}")
     return value
 
 
 def _choice(where: str, key: str, value: Any, allowed: tuple[str, ...]) -> str:
     text = value.lower() if isinstance(value, str) else value
     if text not in allowed:
-        raise NicSpecError(f"{where}: {key} must be one of {', '.join(allowed)}, got {value!r}")
+        raise NicSpecError(
+            f"{where}: {key} must be one of {', '.join(allowed)}, got {shown(value)}"
+        )
     return str(text)
 
 
 def _speed(where: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise NicSpecError(f"{where}: speed_gbps must be a number of Gb/s, got {value!r}")
+        raise NicSpecError(f"{where}: speed_gbps must be a number of Gb/s, got {shown(value)}")
     number = float(value)
     if not math.isfinite(number) or not 0 < number <= MAX_GBPS:
         raise NicSpecError(
-            f"{where}: speed_gbps must be more than 0 and at most {MAX_GBPS:g} Gb/s, got {value!r}"
+            f"{where}: speed_gbps must be more than 0 and at most {MAX_GBPS:g} Gb/s, "
+            f"got {shown(value)}"
         )
     return number
 
@@ -96,5 +100,5 @@ def _numa(where: str, value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise NicSpecError(f"{where}: numa_node must be a whole number >= 0, got {value!r}")
+        raise NicSpecError(f"{where}: numa_node must be a whole number >= 0, got {shown(value)}")
     return value

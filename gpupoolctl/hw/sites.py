@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupoolctl.hw.entries import entry_problem
+from gpupoolctl.hw.shown import shown
 
 VAR = "gpupool_site_links"
 _KEYS = ("sites", "gbps", "rtt_ms")
@@ -65,14 +66,15 @@ def parse_site_links(value: Any) -> tuple[SiteLink, ...]:
             or len(sites) != 2
             or not all(isinstance(s, str) and s.strip() for s in sites)
         ):
-            raise SiteLinkError(f"{where}: sites must be two site names, got {sites!r}")
+            raise SiteLinkError(f"{where}: sites must be two site names, got {shown(sites)}")
         a, b = (s.strip() for s in sites)
         if a == b:
-            raise SiteLinkError(f"{where}: sites names {a!r} twice: a link joins two sites")
+            raise SiteLinkError(f"{where}: sites names {shown(a)} twice: a link joins two sites")
         pair = (a, b) if a <= b else (b, a)
         if pair in seen:
             raise SiteLinkError(
-                f"{where}: {pair[0]}<->{pair[1]} is already given in {VAR}[{seen[pair]}]"
+                f"{where}: {shown(pair[0])}<->{shown(pair[1])} is already given "
+                f"in {VAR}[{seen[pair]}]"
             )
         seen[pair] = index
         gbps = _positive(where, "gbps", entry["gbps"])
@@ -83,11 +85,11 @@ def parse_site_links(value: Any) -> tuple[SiteLink, ...]:
 
 def _positive(where: str, key: str, value: Any, zero_ok: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SiteLinkError(f"{where}: {key} must be a number, got {value!r}")
+        raise SiteLinkError(f"{where}: {key} must be a number, got {shown(value)}")
     number = float(value)
     if not math.isfinite(number) or number < 0 or (number == 0 and not zero_ok):
         floor = "0 or more" if zero_ok else "more than 0"
-        raise SiteLinkError(f"{where}: {key} must be {floor}, got {value!r}")
+        raise SiteLinkError(f"{where}: {key} must be {floor}, got {shown(value)}")
     return number
 
 

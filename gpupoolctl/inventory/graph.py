@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpupoolctl.hw.shown import shown
+
 
 class GraphError(ValueError):
     """A structural error (cycle, unknown group); the parser adds where it happened."""
@@ -46,7 +48,9 @@ class InventoryData:
 
     def add_group(self, name: object, line: int | None = None) -> str:
         if not isinstance(name, str):
-            raise GraphError(f"group name must be a string, got {type(name).__name__} {name!r}")
+            raise GraphError(
+                f"group name must be a string, got {type(name).__name__} {shown(name)}"
+            )
         if not name:
             raise GraphError("group name must not be empty")
         if name not in self.groups:
@@ -59,7 +63,7 @@ class InventoryData:
         if not name:
             raise GraphError("host name must not be empty")
         if group is not None and group not in self.groups:
-            raise GraphError(f"could not find group {group!r} in inventory")
+            raise GraphError(f"could not find group {shown(group)} in inventory")
         host = self.hosts.get(name)
         if host is None:
             host = self.hosts[name] = HostNode(name, line)
@@ -83,7 +87,8 @@ class InventoryData:
                 node.priority = int(value)
             except (TypeError, ValueError):
                 raise GraphError(
-                    f"ansible_group_priority of group {group!r} must be an integer, got {value!r}"
+                    f"ansible_group_priority of group {shown(group)} must be an integer, got "
+                    f"{shown(value)}"
                 ) from None
             return
         node.vars[key] = value
@@ -93,23 +98,23 @@ class InventoryData:
 
     def add_child(self, parent: str, child: str) -> None:
         if parent not in self.groups:
-            raise GraphError(f"{parent} is not a known group")
+            raise GraphError(f"{shown(parent)} is not a known group")
         if child in self.groups:
             self._add_child_group(parent, child)
         elif child in self.hosts:
             self._add_host_to_group(parent, child)
         else:
-            raise GraphError(f"{child} is not a known host nor group")
+            raise GraphError(f"{shown(child)} is not a known host nor group")
 
     def _add_child_group(self, parent: str, child: str) -> None:
         if parent == child:
-            raise GraphError(f"group {parent!r} cannot be a child of itself")
+            raise GraphError(f"group {shown(parent)} cannot be a child of itself")
         node = self.groups[parent]
         if child in node.children:
             return
         if child in self.ancestors(parent):
             raise GraphError(
-                f"Adding group {child!r} as child to {parent!r} creates a recursive "
+                f"Adding group {shown(child)} as child to {shown(parent)} creates a recursive "
                 "dependency loop."
             )
         node.children.append(child)
@@ -149,7 +154,7 @@ class InventoryData:
             elif not mine or mine == {"all"}:
                 self._add_host_to_group("ungrouped", host.name)
         for name in sorted(set(self.groups) & set(self.hosts)):
-            self.warnings.append(f"Found both group and host with same name: {name}")
+            self.warnings.append(f"Found both group and host with same name: {shown(name)}")
 
     def depths(self) -> dict[str, int]:
         """Longest path from a root: the depth Ansible sorts groups by when merging vars."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupoolctl.errors import InventoryError
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.inventory.graph import GraphError, InventoryData
 from gpupoolctl.inventory.ranges import HostRangeError, expand_host_range, has_range, split_port
 
@@ -90,7 +91,8 @@ class _Parser:
                 continue
             if text.startswith("[") and text.endswith("]"):
                 raise self.fail(
-                    f"Invalid section entry: {text!r}. Please make sure that there are no spaces "
+                    f"Invalid section entry: {shown(text)}. Please make sure that there are no "
+                    "spaces "
                     "in the section entry, and that there are no other invalid characters"
                 )
             try:
@@ -107,16 +109,21 @@ class _Parser:
         for name, decl in pending.items():
             if decl.state == "vars":
                 raise self.fail(
-                    f"Section [{name}:vars] not valid for undefined group {name!r}.", decl.line
+                    f"Section {shown(f'[{name}:vars]')} not valid for undefined group "
+                    f"{shown(name)}.",
+                    decl.line,
                 )
             raise self.fail(
-                f"Section [{decl.parents[-1]}:children] includes undefined group {name!r}.",
+                f"Section {shown(f'[{decl.parents[-1]}:children]')} includes undefined group "
+                f"{shown(name)}.",
                 decl.line,
             )
 
     def _section(self, group: str, state: str, pending: dict[str, _Pending]) -> None:
         if state not in ("hosts", "children", "vars"):
-            raise self.fail(f"Section [{group}:{state}] has unknown type: {state}")
+            raise self.fail(
+                f"Section {shown(f'[{group}:{state}]')} has unknown type: {shown(state)}"
+            )
         if group not in self.data.groups:
             # [g:vars] alone does not declare g; it must be declared somewhere in the file.
             if state == "vars" and group not in pending:
@@ -141,7 +148,7 @@ class _Parser:
     def _child_line(self, text: str, group: str, pending: dict[str, _Pending]) -> None:
         m = _GROUP_NAME.match(text)
         if not m:
-            raise self.fail(f"Expected group name, got: {text}")
+            raise self.fail(f"Expected group name, got: {shown(text)}")
         child = m.group(1)
         if child in self.data.groups:
             self.data.add_child(group, child)
@@ -152,7 +159,7 @@ class _Parser:
 
     def _variable(self, text: str) -> tuple[str, Any]:
         if "=" not in text:
-            raise self.fail(f"Expected key=value, got: {text}")
+            raise self.fail(f"Expected key=value, got: {shown(text)}")
         key, value = (part.strip() for part in text.split("=", 1))
         return key, self._value(value)
 
@@ -160,14 +167,14 @@ class _Parser:
         try:
             tokens = shlex.split(text, comments=True)
         except ValueError as exc:
-            raise self.fail(f"Error parsing host definition {text!r}: {exc}") from None
+            raise self.fail(f"Error parsing host definition {shown(text)}: {exc}") from None
         if not tokens:
             return
         names, port = self._host_pattern(tokens[0])
         variables: dict[str, Any] = {}
         for token in tokens[1:]:
             if "=" not in token:
-                raise self.fail(f"Expected key=value host variable assignment, got: {token}")
+                raise self.fail(f"Expected key=value host variable assignment, got: {shown(token)}")
             key, value = token.split("=", 1)
             variables[key] = self._value(value)
         for name in names:
@@ -179,7 +186,7 @@ class _Parser:
         name, port = split_port(pattern)
         if pattern.strip().endswith(":") and port is None:
             raise self.fail(
-                f"Invalid host pattern {pattern!r} supplied, ending in ':' is not allowed, "
+                f"Invalid host pattern {shown(pattern)} supplied, ending in ':' is not allowed, "
                 "this character is reserved to provide a port."
             )
         try:
@@ -188,7 +195,7 @@ class _Parser:
             raise self.fail(str(exc)) from None
         if any(n.strip() == "---" for n in names):
             raise self.fail(
-                f"Invalid host pattern {pattern!r} supplied, '---' is normally a sign this is "
+                f"Invalid host pattern {shown(pattern)} supplied, '---' is normally a sign this is "
                 "a YAML file."
             )
         return names, port
@@ -201,7 +208,7 @@ class _Parser:
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             return text  # not a Python literal: the text itself is the value
         except TypeError as exc:  # e.g. an unhashable dict key; Ansible fails here too
-            raise self.fail(f"cannot use value {text!r}: {exc}") from None
+            raise self.fail(f"cannot use value {shown(text)}: {exc}") from None
         return _coerce(value)
 
 

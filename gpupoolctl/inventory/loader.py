@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from gpupoolctl.errors import InventoryError
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.inventory.graph import GraphError, InventoryData
 from gpupoolctl.inventory.ini import parse_ini
 from gpupoolctl.inventory.model import Inventory, build_inventory
@@ -82,7 +83,11 @@ def _check_sim_nics(inventory: Inventory, data: InventoryData) -> None:
             parse_nics(value)
         except NicSpecError as exc:
             line = _var_line(data, name, VAR, value)
-            raise InventoryError(str(inventory.source), line, f"host {name}: {exc}") from None
+            raise InventoryError(
+                str(inventory.source),
+                line,
+                f"host {shown(name)}: {exc}",
+            ) from None
 
 
 def _var_line(data: InventoryData, host: str, key: str, value: object) -> int | None:

@@ -13,6 +13,8 @@ import itertools
 import re
 from collections.abc import Iterable
 
+from gpupoolctl.hw.shown import shown
+
 MAX_NODES = 100_000
 
 _RANGE_TEXT = re.compile(r"^[0-9\s,/-]*$")
@@ -38,7 +40,7 @@ def expand_nodeset(text: str) -> list[str]:
         for name in _expand_one(part):
             seen.setdefault(name, None)
         if len(seen) > MAX_NODES:
-            raise NodeSetError(f"node set {text!r} has more than {MAX_NODES} nodes")
+            raise NodeSetError(f"node set {shown(text)} has more than {MAX_NODES} nodes")
     return list(seen)
 
 
@@ -53,14 +55,14 @@ def split_outside_brackets(text: str, separators: str) -> list[str]:
         elif ch == "]":
             depth -= 1
             if depth < 0:
-                raise NodeSetError(f"illegal closing bracket in {text!r}")
+                raise NodeSetError(f"illegal closing bracket in {shown(text)}")
         if ch in separators and depth == 0:
             parts.append("".join(current))
             current = []
         else:
             current.append(ch)
     if depth != 0:
-        raise NodeSetError(f"missing closing bracket in {text!r}")
+        raise NodeSetError(f"missing closing bracket in {shown(text)}")
     parts.append("".join(current))
     return parts
 
@@ -73,19 +75,19 @@ def _expand_one(pattern: str) -> list[str]:
     for piece in pieces:
         if piece.startswith("[") and piece.endswith("]"):
             if previous_was_bracket:
-                raise NodeSetError(f"illegal reopening bracket in {pattern!r}")
+                raise NodeSetError(f"illegal reopening bracket in {shown(pattern)}")
             axes.append(_parse_rangeset(piece[1:-1]))
             previous_was_bracket = True
         else:
             if "[" in piece or "]" in piece:
-                raise NodeSetError(f"unbalanced bracket in {pattern!r}")
+                raise NodeSetError(f"unbalanced bracket in {shown(pattern)}")
             fixed.append(piece)
             previous_was_bracket = previous_was_bracket and piece == ""
     total = 1
     for axis in axes:
         total *= len(axis)
     if total > MAX_NODES:
-        raise NodeSetError(f"node set {pattern!r} has more than {MAX_NODES} nodes")
+        raise NodeSetError(f"node set {shown(pattern)} has more than {MAX_NODES} nodes")
     # re.split with one capture group alternates text and brackets: fixed has len(axes)+1 items.
     names = []
     for combo in itertools.product(*axes):
@@ -108,23 +110,23 @@ def _parse_rangeset(body: str) -> list[str]:
         begin, dash, end = (p.strip() for p in base.partition("-"))
         if not dash:
             if step != 1:
-                raise NodeSetError(f"invalid step usage in range {item!r}")
+                raise NodeSetError(f"invalid step usage in range {shown(item)}")
             end = begin
         if not begin or "-" in end:
-            raise NodeSetError(f"negative ranges are not supported: {item!r}")
+            raise NodeSetError(f"negative ranges are not supported: {shown(item)}")
         start, stop = _number(begin, item), _number(end, item)
         width = _padding(begin, end, item)
         if start > stop or step < 1:
-            raise NodeSetError(f"invalid values in range {item!r}")
+            raise NodeSetError(f"invalid values in range {shown(item)}")
         if (stop - start) // step >= MAX_NODES:
-            raise NodeSetError(f"range {item!r} has more than {MAX_NODES} values")
+            raise NodeSetError(f"range {shown(item)} has more than {MAX_NODES} values")
         values.update(f"{i:0{width}d}" for i in range(start, stop + 1, step))
     return sorted(values, key=lambda v: (len(v), v))
 
 
 def _number(text: str, item: str) -> int:
     if not text.isdigit() or not text.isascii():
-        raise NodeSetError(f"cannot convert {text!r} to an integer in range {item!r}")
+        raise NodeSetError(f"cannot convert {shown(text)} to an integer in range {shown(item)}")
     return int(text)
 
 
@@ -134,7 +136,7 @@ def _padding(begin: str, end: str, item: str) -> int:
     begin_padded = len(begin) > 1 and begin.startswith("0")
     end_padded = int(end) != 0 and end.startswith("0")
     if (begin_padded or end_padded) and len(begin) != len(end):
-        raise NodeSetError(f"padding length mismatch in range {item!r}")
+        raise NodeSetError(f"padding length mismatch in range {shown(item)}")
     return len(begin) if begin_padded else 0
 
 
@@ -147,7 +149,7 @@ def fold_nodeset(names: Iterable[str]) -> str:
     plain: set[str] = set()
     for name in names:
         if any(c in name for c in "[],"):
-            raise NodeSetError(f"cannot fold a name with brackets or commas: {name!r}")
+            raise NodeSetError(f"cannot fold a name with brackets or commas: {shown(name)}")
         m = re.match(r"^(.*?)([0-9]+)([^0-9]*)$", name)
         if m is None:
             plain.add(name)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpupoolctl.errors import InventoryError, UsageError
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.inventory.hosts import HostPool, Selection
 from gpupoolctl.inventory.nodeset import (
     NodeSetError,
@@ -63,13 +64,9 @@ def split_limit(limit: str) -> list[str]:
         else:
             pieces = split_outside_brackets(text, ":")
     except NodeSetError as exc:
-        raise UsageError(f"bad --limit pattern {_shown(limit)}: {_shown(str(exc), 200)}") from None
+        problem = shown(str(exc), 200)
+        raise UsageError(f"bad --limit pattern {shown(limit, 80)}: {problem}") from None
     return [p.strip() for p in pieces if p.strip()]
-
-
-def _shown(text: str, most: int = 80) -> str:
-    """`text` quoted for an error line, cut short when long (the line stays readable)."""
-    return repr(text) if len(text) <= most else repr(text[:most]) + f"... ({len(text)} chars)"
 
 
 def _is_ip(text: str) -> bool:
@@ -184,7 +181,7 @@ class _Matcher:
             if brackets and all(_ANSIBLE_RANGE.match(b) for b in brackets):
                 return expand_host_range(text)
         except (NodeSetError, HostRangeError) as exc:
-            raise self.fail(part, f"bad host range in pattern {text!r}: {exc}") from None
+            raise self.fail(part, f"bad host range in pattern {shown(text)}: {exc}") from None
         return None
 
     def by_names(self, names: list[str]) -> list[str]:
@@ -241,7 +238,7 @@ class _Matcher:
             return [hosts[first]]
         except IndexError:
             raise self.fail(
-                part, f"No hosts matched the subscripted pattern {part.text!r}"
+                part, f"No hosts matched the subscripted pattern {shown(part.text)}"
             ) from None
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 import string
 
+from gpupoolctl.hw.shown import shown
+
 # Ranges are expanded eagerly; a typo like gpu[0:99999999] must fail, not eat the memory.
 MAX_HOSTS_PER_NAME = 100_000
 
@@ -35,14 +37,14 @@ def _expand(name: str) -> list[str]:
     marked = name.replace("[", "|", 1).replace("]", "|", 1)
     parts = marked.split("|")
     if len(parts) != 3:
-        raise HostRangeError(f"host range in {name!r} must be closed by ']'")
+        raise HostRangeError(f"host range in {shown(name)} must be closed by ']'")
     head, spec, tail = parts
     results: list[str] = []
     for item in _range_items(spec):
         results.extend(_expand(f"{head}{item}{tail}"))
         if len(results) > MAX_HOSTS_PER_NAME:
             raise HostRangeError(
-                f"host range {name!r} expands to more than {MAX_HOSTS_PER_NAME} hosts"
+                f"host range {shown(name)} expands to more than {MAX_HOSTS_PER_NAME} hosts"
             )
     return results
 
@@ -89,7 +91,9 @@ def _to_int(text: str, what: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise HostRangeError(f"host range {what} {text!r} is not a number or a letter") from None
+        raise HostRangeError(
+            f"host range {what} {shown(text)} is not a number or a letter"
+        ) from None
 
 
 # A host entry may carry a port: `gpu01:2222`, `gpu[01:04]:2222`, `[2001:db8::1]:2222`.

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from gpupoolctl.errors import InventoryError
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.inventory.graph import GraphError, InventoryData
 from gpupoolctl.inventory.ranges import HostRangeError, expand_host_range, has_range, split_port
 from gpupoolctl.inventory.yamlload import Document, is_null, is_str, kind, line_of
@@ -68,14 +69,14 @@ class _Walker:
         name = self.doc.value(key_node)
         if not (isinstance(node, yaml.MappingNode) or is_null(node)):
             self.data.warnings.append(
-                f"{self.doc.path}:{line_of(key_node)}: skipping {name!r}, "
+                f"{self.doc.path}:{line_of(key_node)}: skipping {shown(name)}, "
                 "which is not a valid group definition"
             )
             return name
         try:
             self.data.add_group(name, line_of(key_node))
         except GraphError as exc:
-            raise self.fail(key_node, f"Unable to add group {name!r}: {exc}") from None
+            raise self.fail(key_node, f"Unable to add group {shown(name)}: {exc}") from None
         if is_null(node):
             return name
         for section_key, section in self.doc.pairs(node):
@@ -89,20 +90,22 @@ class _Walker:
             ):
                 raise self.fail(
                     section,
-                    f'Invalid "{section_name}" entry for "{name}" group, requires a mapping, '
+                    f'Invalid "{section_name}" entry for {shown(name)} group, requires a mapping, '
                     f"found {kind(section)} instead.",
                 )
             if not isinstance(section, yaml.MappingNode):
                 if not is_null(section):
                     self.data.warnings.append(
-                        f"{self.doc.path}:{line_of(section_key)}: skipping key {section_name!r} "
-                        f"in group {name!r}: it is not a mapping"
+                        f"{self.doc.path}:{line_of(section_key)}: skipping key "
+                        f"{shown(section_name)} "
+                        f"in group {shown(name)}: it is not a mapping"
                     )
                 continue
             if section_name not in _SECTIONS:
                 self.data.warnings.append(
                     f"{self.doc.path}:{line_of(section_key)}: skipping unexpected key "
-                    f'{section_name!r} in group {name!r}; only "vars", "children" and "hosts" '
+                    f'{shown(section_name)} in group {shown(name)}; only "vars", "children" and '
+                    '"hosts" '
                     "are valid"
                 )
                 continue
@@ -131,7 +134,7 @@ class _Walker:
         if not isinstance(entry, str):
             raise self.fail(
                 key_node,
-                f"Host pattern {entry!r} must be a string. "
+                f"Host pattern {shown(entry)} must be a string. "
                 "Enclose integers/floats in quotation marks.",
             )
         name, port = split_port(entry)
@@ -144,7 +147,7 @@ class _Walker:
         if not isinstance(variables, Mapping):
             raise self.fail(
                 value_node,
-                f"variables of host {entry!r} must be a mapping, got {kind(value_node)}",
+                f"variables of host {shown(entry)} must be a mapping, got {kind(value_node)}",
             )
         for host in names:
             try:

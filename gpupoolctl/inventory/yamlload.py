@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from gpupoolctl.errors import InventoryError
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.yamlsource import GuardedLoader
 
 NULL_TAG = "tag:yaml.org,2002:null"
@@ -88,7 +89,7 @@ class Document:
                 entries[key] = (key_node, value_node)
             except TypeError:
                 raise InventoryError(
-                    str(self.path), line_of(key_node), f"unhashable mapping key {key!r}"
+                    str(self.path), line_of(key_node), f"unhashable mapping key {shown(key)}"
                 ) from None
         return list(entries.values())
 
@@ -109,4 +110,4 @@ def kind(node: yaml.Node) -> str:
         return "a list"
     if is_null(node):
         return "nothing"
-    return f"the scalar {node.value!r}"
+    return f"the scalar {shown(node.value)}"

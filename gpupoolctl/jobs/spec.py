@@ -8,11 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupoolctl.errors import UsageError
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.redact import looks_secret
 from gpupoolctl.sched import JobRequest
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 DEFAULT_GRACE_S = 30.0
+MAX_NAME = 64  # a name to know a job by, one cell of the `jobs` table; not a description
 MAX_GRACE_S = 3600  # longer than an hour is a job that ignores SIGTERM, not a grace
 MAX_RESTARTS = 100  # more is a job that fails every time, not bad luck
 MAX_TIME_LIMIT_S = 366 * 86400.0
@@ -46,6 +48,8 @@ class JobSpec:
             raise UsageError("no command given: put it after --, e.g. submit -- python run.py")
         if any("\0" in a for a in self.argv):
             raise UsageError("the command must not contain NUL bytes")
+        if self.name is not None:
+            check_job_name(self.name)
         for key, value in self.env.items():
             if not _ENV_NAME.fullmatch(key):
                 raise UsageError(f"bad environment variable name {key!r}")
@@ -92,6 +96,23 @@ class JobSpec:
             "warn_signal": self.signal,
             "warn_signal_s": self.signal_s if self.signal is not None else None,
         }
+
+
+def check_job_name(name: str) -> str:
+    """A job's name: 1 to MAX_NAME printable characters (tables and logs show it on one
+    line, so no newline, tab or other control character)."""
+    rule = f"a job name is 1 to {MAX_NAME} printable characters (no control characters)"
+    if not name.strip():
+        raise UsageError(f"--name must not be empty: {rule}")
+    if len(name) > MAX_NAME:
+        raise UsageError(f"--name of {len(name)} characters: {rule}")
+    try:
+        name.encode("utf-8")  # a byte that is not UTF-8 on the command line: a lone surrogate
+    except UnicodeEncodeError:
+        raise UsageError(f"--name {shown(name)} is not valid UTF-8 text: {rule}") from None
+    if not name.isprintable():
+        raise UsageError(f"--name {shown(name)} has a control character: {rule}")
+    return name
 
 
 def parse_env(items: list[str]) -> dict[str, str]:
@@ -159,7 +180,7 @@ def parse_time_limit(text: str, what: str = "--time-limit") -> float:
     from gpupoolctl.policy.values import duration_s
 
     if not isinstance(text, str) or len(text) > 64:
-        raise UsageError(f"{what}: bad time {_shown(text)}; expected {TIME_FORMS}")
+        raise UsageError(f"{what}: bad time {shown(text)}; expected {TIME_FORMS}")
     clock = _CLOCK.fullmatch(text.strip())
     if clock:
         days, hours, minutes, seconds = (int(g or 0) for g in clock.groups())
@@ -168,7 +189,7 @@ def parse_time_limit(text: str, what: str = "--time-limit") -> float:
         try:
             value = duration_s(text, what, most_s=math.inf)
         except UsageError:
-            raise UsageError(f"{what}: bad time {_shown(text)}; expected {TIME_FORMS}") from None
+            raise UsageError(f"{what}: bad time {shown(text)}; expected {TIME_FORMS}") from None
     check_time_limit(value, what)
     return value
 
@@ -187,7 +208,7 @@ def check_time_limit(value: float, what: str = "--time-limit") -> float:
 def parse_signal(text: str) -> tuple[str, float]:
     """'USR1@120', 'SIGUSR1@2m', 'TERM' (60 s) -> (name without SIG, seconds before)."""
     if not isinstance(text, str) or not text.strip() or len(text) > 64:
-        raise UsageError(f"--signal: bad value {_shown(text)}; expected e.g. USR1@120")
+        raise UsageError(f"--signal: bad value {shown(text)}; expected e.g. USR1@120")
     name, at, when = text.strip().partition("@")
     if ":" in name:
         raise UsageError(
@@ -217,9 +238,7 @@ def check_signal(name: str, before: float | None) -> tuple[str, float]:
             "USR1 or TERM"
         )
     if bare not in SIGNALS:
-        raise UsageError(
-            f"--signal: unknown signal {_shown(name)}; use one of {', '.join(SIGNALS)}"
-        )
+        raise UsageError(f"--signal: unknown signal {shown(name)}; use one of {', '.join(SIGNALS)}")
     seconds = DEFAULT_SIGNAL_S if before is None else before
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise UsageError("--signal: the time after @ must be a number of seconds")
@@ -229,8 +248,3 @@ def check_signal(name: str, before: float | None) -> tuple[str, float]:
             f"{duration_text(MAX_SIGNAL_S)}"
         )
     return bare, float(seconds)
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:40] + f"... ({len(text)} chars)"

@@ -28,6 +28,7 @@ from typing import Any
 
 from gpupoolctl.agent.partition.request import HOOK_NAMES
 from gpupoolctl.errors import SourceError
+from gpupoolctl.hw.shown import shown
 
 Hooks = dict[str, list[list[str]]]
 
@@ -51,14 +52,16 @@ def parse_hooks(text: str, source: str = "<stdin>") -> Hooks:
     if isinstance(document, dict) and "hooks" in document:
         version = document.get("version")
         if version != "v1":
-            raise SourceError(where, None, f"unknown hooks file version {version!r} (want v1)")
+            raise SourceError(where, None, f"unknown hooks file version {shown(version)} (want v1)")
         document = document["hooks"]
     if not isinstance(document, dict):
         raise SourceError(where, None, "expected a map of hook names to lists of commands")
     hooks: Hooks = {}
     for name, commands in document.items():
         if name not in HOOK_NAMES:
-            raise SourceError(where, None, f"unknown hook {name!r}; valid: {', '.join(HOOK_NAMES)}")
+            raise SourceError(
+                where, None, f"unknown hook {shown(name)}; valid: {', '.join(HOOK_NAMES)}"
+            )
         if not isinstance(commands, list):
             raise SourceError(where, None, f"hook {name}: expected a list of commands")
         hooks[name] = [_argv(where, name, command) for command in commands]
@@ -74,14 +77,15 @@ def _argv(where: str, hook: str, command: Any) -> list[str]:
         raise SourceError(
             where,
             None,
-            f"hook {hook}: {command!r} is a string; hooks run without a shell, "
+            f"hook {hook}: {shown(command)} is a string; hooks run without a shell, "
             "so give an argv list (or mig-parted's command/args)",
         )
     if not isinstance(command, dict) or not isinstance(command.get("command"), str):
         raise SourceError(where, None, f"hook {hook}: each entry needs a 'command'")
     unknown = set(command) - {"command", "args", "envs", "workdir"}
     if unknown:
-        raise SourceError(where, None, f"hook {hook}: unknown keys {sorted(unknown)}")
+        keys = ", ".join(shown(k) for k in sorted(unknown, key=str))
+        raise SourceError(where, None, f"hook {hook}: unknown key(s) {keys}")
     args = command.get("args") or []
     envs = command.get("envs") or {}
     if not isinstance(args, list) or not isinstance(envs, dict):

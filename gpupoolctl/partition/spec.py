@@ -44,6 +44,7 @@ import yaml
 
 from gpupoolctl.errors import SourceError, UsageError
 from gpupoolctl.hw.amd_modes import COMPUTE_MODE_NAMES, MEMORY_MODE_NAMES
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.partition.profiles import ProfileName, parse_profile_name
 from gpupoolctl.yamlsource import YamlSource
 
@@ -122,7 +123,8 @@ class Spec:
     def config(self, label: str) -> list[SpecEntry]:
         if label not in self.configs:
             raise UsageError(
-                f"{self.source}: no mig-config labelled {label!r}; valid: {', '.join(self.labels)}"
+                f"{self.source}: no mig-config labelled {shown(label)}; valid: "
+                f"{', '.join(self.labels)}"
             )
         return self.configs[label]
 
@@ -144,10 +146,12 @@ def parse_spec(text: str, source: str = "<stdin>") -> Spec:
         raise reader.fail(root, "missing required field 'version' (expected 'version: v1')")
     version = reader.scalar(keys["version"][1])
     if version != "v1":
-        raise reader.fail(keys["version"][1], f"unknown version: {version!r}; expected v1")
+        raise reader.fail(keys["version"][1], f"unknown version: {shown(version)}; expected v1")
     for key, (key_node, _) in keys.items():
         if key not in ("version", "mig-configs"):
-            raise reader.fail(key_node, f"unexpected field {key!r}; valid: version, mig-configs")
+            raise reader.fail(
+                key_node, f"unexpected field {shown(key)}; valid: version, mig-configs"
+            )
     if "mig-configs" not in keys:
         raise reader.fail(root, "missing required field 'mig-configs'")
     configs_node = keys["mig-configs"][1]
@@ -160,7 +164,7 @@ def parse_spec(text: str, source: str = "<stdin>") -> Spec:
         if not isinstance(value, yaml.SequenceNode) or not value.value:
             raise reader.fail(
                 label_node if not isinstance(value, yaml.SequenceNode) else value,
-                f"mig-config {label!r} must be a non-empty list of entries",
+                f"mig-config {shown(label)} must be a non-empty list of entries",
             )
         configs[label] = [_entry(reader, label, node) for node in value.value]
         labels.append(label)
@@ -180,14 +184,14 @@ def load_spec(path: str | os.PathLike[str]) -> Spec:
 
 
 def _entry(reader: YamlSource, label: str, node: yaml.Node) -> SpecEntry:
-    what = f"mig-configs.{label} entry"
+    what = f"mig-config {shown(label)} entry"
     items = reader.mapping(node, what, scalar_keys=True)
     lines: dict[str, int] = {}
     values: dict[str, yaml.Node] = {}
     for key, (key_node, value) in items.items():
         if key not in ENTRY_KEYS:
             raise reader.fail(
-                key_node, f"unexpected field {key!r} in {what}; valid: {', '.join(ENTRY_KEYS)}"
+                key_node, f"unexpected field {shown(key)} in {what}; valid: {', '.join(ENTRY_KEYS)}"
             )
         lines[key] = key_node.start_mark.line + 1
         values[key] = value
@@ -252,14 +256,14 @@ def _devices(reader: YamlSource, node: yaml.Node) -> Literal["all"] | tuple[int,
         for item in node.value:
             value = reader.scalar(item)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise reader.fail(item, f"{expected}; got {value!r}")
+                raise reader.fail(item, f"{expected}; got {shown(value)}")
             out.append(value)
         return tuple(out)
     value = reader.scalar(node)
     if value == "all":
         return "all"
     hint = f" (write [{value}])" if isinstance(value, int) and not isinstance(value, bool) else ""
-    raise reader.fail(node, f"{expected}; got {value!r}{hint}")
+    raise reader.fail(node, f"{expected}; got {shown(value)}{hint}")
 
 
 def _device_filter(reader: YamlSource, node: yaml.Node) -> tuple[str, ...]:
@@ -273,7 +277,7 @@ def _device_filter(reader: YamlSource, node: yaml.Node) -> tuple[str, ...]:
             raise reader.fail(
                 item,
                 'device-filter must be a PCI device id such as "0x233010DE" '
-                f"or a list of them; got {value!r}",
+                f"or a list of them; got {shown(value)}",
             )
         out.append(_norm_pci(value))
     return tuple(out)
@@ -285,7 +289,9 @@ def _hosts(reader: YamlSource, node: yaml.Node) -> tuple[str, ...]:
     for item in nodes:
         value = reader.scalar(item)
         if not isinstance(value, str) or not value.strip():
-            raise reader.fail(item, f"hosts must be inventory host or group names; got {value!r}")
+            raise reader.fail(
+                item, f"hosts must be inventory host or group names; got {shown(value)}"
+            )
         out.append(value.strip())
     if not out:
         raise reader.fail(node, "hosts must name at least one host or group")
@@ -300,7 +306,9 @@ def _mode(
     value = reader.scalar(node)
     if isinstance(value, str) and value.strip().upper() in valid:
         return value.strip().upper()
-    raise reader.fail(node, f"{key}-partition must be one of {', '.join(valid)}; got {value!r}")
+    raise reader.fail(
+        node, f"{key}-partition must be one of {', '.join(valid)}; got {shown(value)}"
+    )
 
 
 def _mig_devices(reader: YamlSource, node: yaml.Node) -> tuple[MigDevice, ...]:
@@ -314,24 +322,24 @@ def _mig_devices(reader: YamlSource, node: yaml.Node) -> tuple[MigDevice, ...]:
         try:
             profile = parse_profile_name(name)
         except ValueError as exc:
-            raise reader.fail(key_node, f"{key!r} is not a MIG profile name: {exc}") from None
+            raise reader.fail(key_node, f"{shown(key)} is not a MIG profile name: {exc}") from None
         start = None
         if _:
             if not start_text.isdigit():
                 raise reader.fail(
-                    key_node, f"{key!r}: a placement is written profile@start, e.g. 1g.10gb@2"
+                    key_node, f"{shown(key)}: a placement is written profile@start, e.g. 1g.10gb@2"
                 )
             start = int(start_text)
         count = reader.scalar(value_node)
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise reader.fail(value_node, f"count for {key!r} must be a whole number >= 0")
+            raise reader.fail(value_node, f"count for {shown(key)} must be a whole number >= 0")
         if start is not None and not profile.is_ci_form and count != 1:
             raise reader.fail(
                 value_node,
-                f"{key!r} pins one GPU instance at slot {start}: its count must be 1 "
-                f"(use several @start keys, or a plain {name!r} count)",
+                f"{shown(key)} pins one GPU instance at slot {start}: its count must be 1 "
+                f"(use several @start keys, or a plain {shown(name)} count)",
             )
         if start is not None and count == 0:
-            raise reader.fail(value_node, f"{key!r}: a pinned instance needs a count >= 1")
+            raise reader.fail(value_node, f"{shown(key)}: a pinned instance needs a count >= 1")
         out.append(MigDevice(key=key, profile=profile, count=count, start=start, line=line))
     return tuple(out)

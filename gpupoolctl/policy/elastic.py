@@ -23,11 +23,12 @@ import re
 import yaml
 
 from gpupoolctl.hw.amd_modes import COMPUTE_MODE_NAMES, MEMORY_MODE_NAMES
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.partition.profiles import parse_profile_name
 from gpupoolctl.policy import known
 from gpupoolctl.policy.model import ElasticPolicy, ElasticRule
 from gpupoolctl.policy.sections import section_keys
-from gpupoolctl.policy.values import duration_s, shown, whole
+from gpupoolctl.policy.values import duration_s, whole
 from gpupoolctl.yamlsource import YamlSource, did_you_mean
 
 SECTION_KEYS = ("enabled", "min-idle", "max-cards-per-pass", "batch-window", "backoff", "rules")

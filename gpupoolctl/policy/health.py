@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import yaml
 
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.policy.model import RETURN_TO_SERVICE, HealthPolicy
 from gpupoolctl.policy.sections import section_keys
-from gpupoolctl.policy.values import duration_s, shown
+from gpupoolctl.policy.values import duration_s
 from gpupoolctl.yamlsource import YamlSource
 
 SECTION_KEYS = ("node-dead-after", "return-to-service")

@@ -16,6 +16,7 @@ import os
 import yaml
 
 from gpupoolctl.errors import SourceError
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.policy.elastic import parse_elastic
 from gpupoolctl.policy.health import parse_health
 from gpupoolctl.policy.model import (
@@ -28,7 +29,6 @@ from gpupoolctl.policy.model import (
     Window,
 )
 from gpupoolctl.policy.teams import parse_admins, parse_teams
-from gpupoolctl.policy.values import shown
 from gpupoolctl.policy.windows import parse_windows
 from gpupoolctl.yamlsource import YamlSource, did_you_mean
 

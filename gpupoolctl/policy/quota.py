@@ -23,11 +23,12 @@ import yaml
 
 from gpupoolctl.errors import UsageError
 from gpupoolctl.hw.amd_modes import COMPUTE_MODE_NAMES
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.policy import known
 from gpupoolctl.policy.elastic import read_model, read_vendor
 from gpupoolctl.policy.model import CARDS, GPU_MEMORY, SLICES, QuotaScope
 from gpupoolctl.policy.sections import section_keys
-from gpupoolctl.policy.values import shown, whole
+from gpupoolctl.policy.values import whole
 from gpupoolctl.yamlsource import YamlSource, did_you_mean
 
 SCOPE_KEYS = ("site", "vendor", "model", "nominal", "borrowing-limit", "lending-limit")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from gpupoolctl.policy.values import shown
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.yamlsource import YamlSource, did_you_mean
 
 

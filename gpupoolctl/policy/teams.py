@@ -16,10 +16,10 @@ from typing import Any
 import yaml
 
 from gpupoolctl.errors import UsageError
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.policy.model import NAME, Admins, Team, TeamsPolicy
 from gpupoolctl.policy.quota import parse_quota
 from gpupoolctl.policy.sections import section_keys
-from gpupoolctl.policy.values import shown
 from gpupoolctl.yamlsource import YamlSource
 
 TEAM_KEYS = ("members", "default", "quota")

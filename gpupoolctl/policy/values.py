@@ -11,18 +11,13 @@ import re
 from typing import Any
 
 from gpupoolctl.errors import UsageError
+from gpupoolctl.hw.shown import shown
 
 DURATION_FORMS = "30s, 5m, 1h, 1h30m, 2d or a number of seconds"
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _MAX_TEXT = 64  # no duration is longer; a long one is a mistake, shown cut short
-
-
-def shown(value: Any, most: int = 40) -> str:
-    """The value quoted for an error line, cut short when long."""
-    text = repr(value)
-    return text if len(text) <= most else text[:most] + f"... ({len(text)} chars)"
 
 
 def duration_s(value: Any, what: str, *, most_s: float) -> float:

@@ -20,12 +20,12 @@ from typing import Any
 import yaml
 
 from gpupoolctl.errors import UsageError
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.policy.elastic import parse_elastic
 from gpupoolctl.policy.model import DAY_NAMES, ElasticPolicy, QuotaScope, TeamsPolicy, Window
 from gpupoolctl.policy.quota import parse_quota
 from gpupoolctl.policy.sections import section_keys
 from gpupoolctl.policy.teams import name_of
-from gpupoolctl.policy.values import shown
 from gpupoolctl.yamlsource import YamlSource, did_you_mean
 
 WINDOW_KEYS = ("name", "timezone", "days", "hours", "teams", "elastic")

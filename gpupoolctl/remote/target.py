@@ -8,6 +8,7 @@ from typing import Any
 from gpupoolctl.errors import UsageError
 from gpupoolctl.hw.nics import VAR as SIM_NICS_VAR
 from gpupoolctl.hw.nics import NicSpecError, parse_nics
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.hw.sites import VAR as SITE_LINKS_VAR
 from gpupoolctl.hw.sites import SiteLink, SiteLinkError, parse_site_links
 
@@ -91,15 +92,18 @@ def _target(name: str, variables: dict[str, Any]) -> Target:
         try:
             port = int(port)
         except (TypeError, ValueError):
-            raise UsageError(f"host {name}: port must be a number, got {port!r}") from None
+            raise UsageError(
+                f"host {shown(name)}: port must be a number, got {shown(port)}"
+            ) from None
         if not 0 < port < 65536:
-            raise UsageError(f"host {name}: port {port} is out of range 1-65535")
+            raise UsageError(f"host {shown(name)}: port {port} is out of range 1-65535")
     transport = str(_first(variables, _ALIASES["transport"]) or "ssh")
     if transport == "paramiko":  # Ansible's name for the same thing
         transport = "ssh"
     if transport not in TRANSPORTS:
         raise UsageError(
-            f"host {name}: transport {transport!r} is not one of {', '.join(TRANSPORTS)}"
+            f"host {shown(name)}: transport {shown(transport)} is not one of "
+            f"{', '.join(TRANSPORTS)}"
         )
     sim_value = variables.get("sim")
     sim: SimSpec | None = None
@@ -108,7 +112,7 @@ def _target(name: str, variables: dict[str, Any]) -> Target:
     elif isinstance(sim_value, dict) and sim_value.get("template"):
         sim = SimSpec(template=str(sim_value["template"]), state_dir=sim_value.get("state_dir"))
     elif sim_value not in (None, False, ""):
-        raise UsageError(f"host {name}: sim must be a template name, got {sim_value!r}")
+        raise UsageError(f"host {shown(name)}: sim must be a template name, got {shown(sim_value)}")
     if sim is not None and variables.get(SIM_NICS_VAR) is not None:
         sim = replace(sim, nics=_sim_nics(name, variables[SIM_NICS_VAR]))
     address = _first(variables, _ALIASES["address"])
@@ -139,7 +143,7 @@ def _sim_nics(name: str, value: Any) -> tuple[dict[str, Any], ...]:
     try:
         return tuple(parse_nics(value))
     except NicSpecError as exc:
-        raise UsageError(f"host {name}: {exc}") from None
+        raise UsageError(f"host {shown(name)}: {exc}") from None
 
 
 def _site_links(name: str, value: Any) -> tuple[SiteLink, ...]:
@@ -147,7 +151,7 @@ def _site_links(name: str, value: Any) -> tuple[SiteLink, ...]:
     try:
         return parse_site_links(value)
     except SiteLinkError as exc:
-        raise UsageError(f"host {name}: {exc}") from None
+        raise UsageError(f"host {shown(name)}: {exc}") from None
 
 
 def _check_host(name: str, host: str) -> None:
@@ -157,7 +161,7 @@ def _check_host(name: str, host: str) -> None:
         or any(c in _HOST_META or c.isspace() or not c.isprintable() for c in host)
     ):
         raise UsageError(
-            f"host {name}: {host!r} is not a host name or address (no spaces, control "
+            f"host {shown(name)}: {shown(host)} is not a host name or address (no spaces, control "
             "characters, shell punctuation or leading '-')"
         )
 
@@ -171,7 +175,7 @@ def _check_user(name: str, user: str) -> None:
         or any(c.isspace() and user[i + 1 : i + 2] == "-" for i, c in enumerate(user))
     ):
         raise UsageError(
-            f"host {name}: user {user!r} is not a login name (no control characters, "
+            f"host {shown(name)}: user {shown(user)} is not a login name (no control characters, "
             "quotes or shell punctuation, no leading '-')"
         )
 

@@ -16,6 +16,7 @@ from itertools import pairwise
 from typing import Any
 
 from gpupoolctl.errors import UsageError
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.ledger.units import parse_duration
 
 __all__ = [
@@ -55,7 +56,7 @@ def parse_seconds(value: str | float, what: str = "duration", *, allow_zero: boo
     """'500ms', '30s', '2m', '1h30m', '250us', or a number of seconds -> seconds.
     Everything but ms/us goes through ledger.units.parse_duration."""
     if isinstance(value, bool):
-        raise UsageError(f"{what}: expected a duration such as 30s, got {value!r}")
+        raise UsageError(f"{what}: expected a duration such as 30s, got {shown(value)}")
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str):
@@ -73,9 +74,9 @@ def parse_seconds(value: str | float, what: str = "duration", *, allow_zero: boo
             except UsageError as exc:
                 raise UsageError(f"{what}: {exc} (or 500ms)") from None
     else:
-        raise UsageError(f"{what}: expected a duration such as 30s, got {value!r}")
+        raise UsageError(f"{what}: expected a duration such as 30s, got {shown(value)}")
     if not math.isfinite(seconds) or seconds < 0:
-        raise UsageError(f"{what}: expected a duration such as 30s, got {value!r}")
+        raise UsageError(f"{what}: expected a duration such as 30s, got {shown(value)}")
     if seconds == 0 and not allow_zero:
         raise UsageError(f"{what}: must be more than zero")
     return seconds
@@ -106,7 +107,7 @@ def _clean(value: float) -> float:
 def _level_number(text: str) -> float:
     text = text.strip()
     if not re.fullmatch(_NUMBER, text):
-        raise UsageError(f"bad level {text!r}: expected a number > 0; use {LEVEL_FORMS}")
+        raise UsageError(f"bad level {shown(text)}: expected a number > 0; use {LEVEL_FORMS}")
     return float(text)
 
 
@@ -119,13 +120,13 @@ def level_range(
         raise UsageError("a level range needs either a factor (1..64x2) or a step (1..33+8)")
     for name, value in (("start", start), ("stop", stop), ("factor", factor), ("step", step)):
         if value is not None and (not math.isfinite(value) or value <= 0):
-            raise UsageError(f"bad level range: {name} must be a number > 0 (got {value!r})")
+            raise UsageError(f"bad level range: {name} must be a number > 0 (got {shown(value)})")
     if start > stop:
         raise UsageError(
             f"bad level range {number_text(start)}..{number_text(stop)}: start is above stop"
         )
     if factor is not None and factor <= 1:
-        raise UsageError(f"bad level range: the factor must be more than 1 (got {factor!r})")
+        raise UsageError(f"bad level range: the factor must be more than 1 (got {shown(factor)})")
     limit = stop * (1 + 1e-9)
     out: list[float] = [start]  # exactly as written
     grown = start
@@ -157,7 +158,7 @@ def _increasing(levels: Sequence[float]) -> tuple[float, ...]:
             )
     for value in levels:
         if not math.isfinite(value) or value <= 0:
-            raise UsageError(f"bad level {value!r}: levels are numbers > 0")
+            raise UsageError(f"bad level {shown(value)}: levels are numbers > 0")
     return tuple(float(v) for v in levels)
 
 
@@ -175,7 +176,7 @@ def parse_levels(text: str) -> tuple[float, ...]:
             return level_range(numbers[0], numbers[1], factor=numbers[2])
         return level_range(numbers[0], numbers[1], step=numbers[2])
     if ".." in compact:
-        raise UsageError(f"bad level range {compact!r}: use {LEVEL_FORMS}")
+        raise UsageError(f"bad level range {shown(compact)}: use {LEVEL_FORMS}")
     parts = compact.split(",")
     if len(parts) > MAX_LEVELS:
         raise UsageError(f"too many levels ({len(parts)}): at most {MAX_LEVELS}")
@@ -195,11 +196,11 @@ def check_levels(
     increasing, at most 64."""
     most_rate = MAX_RATE if max_rate is None else max_rate
     if model not in MODELS:
-        raise UsageError(f"unknown load model {model!r}: use {' or '.join(MODELS)}")
+        raise UsageError(f"unknown load model {shown(model)}: use {' or '.join(MODELS)}")
     values = []
     for value in levels:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise UsageError(f"bad level {value!r}: levels are numbers")
+            raise UsageError(f"bad level {shown(value)}: levels are numbers")
         values.append(float(value))
     result = _increasing(values)
     for value in result:

@@ -306,13 +306,22 @@ class PoolBackend:
         with self._lock:
             return [dict(e) for e in self._node_events if start <= e["seen"] < end]
 
-    def prepare(self) -> None:
+    def prepare(self, shapes: Sequence[Any] = ()) -> None:
         """Read slices from the nodes once, before any clock runs (as `submit` would on
-        its first use), so the first level does not pay for inventory."""
+        its first use), so the first level does not pay for inventory; then check each
+        request shape as `submit` would, so that a name no catalog or slice of the pool has
+        (a profile typo, a --host matching no host) stops the run before it starts."""
+        from gpupoolctl.sched.names import check_names
+
         with self._borrow() as (jobs, meter):
             jobs.ensure_slices()
             meter.take()
             self._collect(jobs)
+            slices = list(jobs.read().state.slices.values())
+        for shape in shapes:
+            spec = self._make_spec(Work(argv=["true"], name="prepare", shape=shape))
+            spec.validate()
+            check_names(spec.request, slices)
 
     # -- the Backend protocol ----------------------------------------------------------------
 

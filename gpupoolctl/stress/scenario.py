@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from gpupoolctl.errors import SourceError, UsageError
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.sched.policies import POLICIES
 from gpupoolctl.stress.levels import (
     LEVEL_FORMS,
@@ -120,7 +121,7 @@ class Scenario:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 200:
             raise UsageError(
-                f"scenario name: expected text of 1..200 characters, got {self.name!r}"
+                f"scenario name: expected text of 1..200 characters, got {shown(self.name)}"
             )
         set_ = object.__setattr__
         set_(self, "levels", check_levels(tuple(self.levels), self.model))
@@ -128,7 +129,7 @@ class Scenario:
             value = bounded_seconds(getattr(self, attr), attr, allow_zero=allow_zero, most=most)
             set_(self, attr, value)
         if not isinstance(self.workload, Workload):
-            raise UsageError(f"workload: expected a Workload, got {self.workload!r}")
+            raise UsageError(f"workload: expected a Workload, got {shown(self.workload)}")
         check_job_timeout(self.job_timeout_s, self.workload)
         requests = tuple(self.requests)
         if not requests or not all(isinstance(r, RequestShape) for r in requests):
@@ -140,9 +141,9 @@ class Scenario:
         set_(self, "thresholds", thresholds)
         set_(self, "stop_after_breaks", check_stop_after_breaks(self.stop_after_breaks))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise UsageError(f"seed: expected a whole number, got {self.seed!r}")
+            raise UsageError(f"seed: expected a whole number, got {shown(self.seed)}")
         if self.policy not in POLICIES:
-            raise UsageError(f"unknown policy {self.policy!r}; valid: {', '.join(POLICIES)}")
+            raise UsageError(f"unknown policy {shown(self.policy)}; valid: {', '.join(POLICIES)}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly; scenario_from_dict reads it back to an equal Scenario."""
@@ -177,7 +178,7 @@ def check_job_timeout(job_timeout_s: float, workload: Workload) -> None:
 def check_stop_after_breaks(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LEVELS:
         raise UsageError(
-            f"stop-after-breaks: expected a whole number 1..{MAX_LEVELS}, got {value!r}"
+            f"stop-after-breaks: expected a whole number 1..{MAX_LEVELS}, got {shown(value)}"
         )
     return value
 
@@ -192,13 +193,13 @@ def scenario_from_dict(data: Mapping[str, Any]) -> Scenario:
     unknown = [k for k in data if k not in SCENARIO_DICT_KEYS]
     if unknown:
         raise UsageError(
-            f"scenario: unknown field {unknown[0]!r}; valid: {', '.join(SCENARIO_DICT_KEYS)}"
+            f"scenario: unknown field {shown(unknown[0])}; valid: {', '.join(SCENARIO_DICT_KEYS)}"
         )
     values = dict(data)
     if "levels" in values:
         levels = values["levels"]
         if not isinstance(levels, list | tuple):
-            raise UsageError(f"scenario levels: expected a list of numbers, got {levels!r}")
+            raise UsageError(f"scenario levels: expected a list of numbers, got {shown(levels)}")
         values["levels"] = tuple(levels)
     if "workload" in values:
         workload = values["workload"]
@@ -291,7 +292,7 @@ def parse_scenario(
         if isinstance(value, int) and not isinstance(value, bool) and key == "name":
             value = str(value)
         if not isinstance(value, str) or not value.strip():
-            raise doc.fail(node, f"{key}: expected {expected}, got {value!r}")
+            raise doc.fail(node, f"{key}: expected {expected}, got {shown(value)}")
         return value.strip()
 
     if "name" in top:
@@ -299,7 +300,9 @@ def parse_scenario(
     if "model" in top:
         model = text_of("model", " or ".join(MODELS))
         if model not in MODELS:
-            raise doc.fail(top["model"][1], f"model: expected {' or '.join(MODELS)}, got {model!r}")
+            raise doc.fail(
+                top["model"][1], f"model: expected {' or '.join(MODELS)}, got {shown(model)}"
+            )
         values["model"] = model
     values["levels"] = _file_levels(doc, *top["levels"], values.get("model", "closed"))
     for key, attr, zero, most in _TIMINGS:
@@ -327,13 +330,14 @@ def parse_scenario(
     if "seed" in top:
         seed = doc.scalar(top["seed"][1])
         if isinstance(seed, bool) or not isinstance(seed, int):
-            raise doc.fail(top["seed"][1], f"seed: expected a whole number, got {seed!r}")
+            raise doc.fail(top["seed"][1], f"seed: expected a whole number, got {shown(seed)}")
         values["seed"] = seed
     if "policy" in top:
         policy = doc.scalar(top["policy"][1])
         if policy not in POLICIES:
             raise doc.fail(
-                top["policy"][1], f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}"
+                top["policy"][1],
+                f"policy: expected one of {', '.join(POLICIES)}, got {shown(policy)}",
             )
         values["policy"] = policy
     with doc.at(root):
@@ -351,7 +355,7 @@ def _file_levels(
         for item in node.value:
             value = doc.scalar(item)
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise doc.fail(item, f"levels: expected a number > 0, got {value!r}")
+                raise doc.fail(item, f"levels: expected a number > 0, got {shown(value)}")
             with doc.at(item):
                 check_levels([value], model)
             numbers.append(float(value))
@@ -363,7 +367,9 @@ def _file_levels(
         for name, (_, value_node) in parts.items():
             value = doc.scalar(value_node)
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise doc.fail(value_node, f"levels {name}: expected a number > 0, got {value!r}")
+                raise doc.fail(
+                    value_node, f"levels {name}: expected a number > 0, got {shown(value)}"
+                )
             numbers_of[name] = float(value)
         if "from" not in numbers_of or "to" not in numbers_of:
             raise doc.fail(owner, "levels: a range needs 'from' and 'to', and 'factor' or 'step'")
@@ -383,7 +389,7 @@ def _file_levels(
             return check_levels(parse_levels(value), model)
         if isinstance(value, int | float) and not isinstance(value, bool):
             return check_levels([float(value)], model)
-    raise doc.fail(node, f"{expected}; got {value!r}")
+    raise doc.fail(node, f"{expected}; got {shown(value)}")
 
 
 def _file_workload(doc: YamlSource, owner: yaml.Node, node: yaml.Node) -> Workload:
@@ -400,7 +406,8 @@ def _file_workload(doc: YamlSource, owner: yaml.Node, node: yaml.Node) -> Worklo
     kind = doc.scalar(kind_node)
     if kind not in WORKLOAD_KINDS:
         raise doc.fail(
-            kind_node, f"workload kind: expected one of {', '.join(WORKLOAD_KINDS)}, got {kind!r}"
+            kind_node,
+            f"workload kind: expected one of {', '.join(WORKLOAD_KINDS)}, got {shown(kind)}",
         )
     names = FILE_WORKLOAD_KEYS[kind]
     args: dict[str, Any] = {}
@@ -409,7 +416,8 @@ def _file_workload(doc: YamlSource, owner: yaml.Node, node: yaml.Node) -> Worklo
             continue
         if key not in names:
             raise doc.fail(
-                key_node, f"workload {kind}: unknown key {key!r}; valid: kind, {', '.join(names)}"
+                key_node,
+                f"workload {kind}: unknown key {shown(key)}; valid: kind, {', '.join(names)}",
             )
         if key == "argv" and isinstance(value_node, yaml.SequenceNode):
             value: Any = [doc.scalar(item) for item in value_node.value]
@@ -450,7 +458,7 @@ def _file_thresholds(doc: YamlSource, node: yaml.Node) -> tuple[Threshold, ...]:
         text = doc.scalar(item)
         if not isinstance(text, str):
             raise doc.fail(
-                item, f"thresholds: expected text such as 'queue_wait.p95 < 5s', got {text!r}"
+                item, f"thresholds: expected text such as 'queue_wait.p95 < 5s', got {shown(text)}"
             )
         out.append(parse_threshold(text, f"{doc.source}:{doc.line(item)}"))
     return tuple(out)
@@ -575,7 +583,9 @@ def _flag_workload(base: Workload | None, given: Mapping[str, Any]) -> Workload:
     base = base or Workload()
     kind = given.get("workload") or ("cmd" if "cmd" in given else base.kind)
     if kind not in WORKLOAD_KINDS:
-        raise UsageError(f"--workload: unknown kind {kind!r}; valid: {', '.join(WORKLOAD_KINDS)}")
+        raise UsageError(
+            f"--workload: unknown kind {shown(kind)}; valid: {', '.join(WORKLOAD_KINDS)}"
+        )
     args: dict[str, Any] = dict(base.args) if kind == base.kind else {}
     for flag, arg_of in _WORKLOAD_FLAGS.items():
         if flag not in given:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gpupoolctl.errors import SourceError, UsageError
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.stress.model import COUNT_METRICS, METRICS, LevelResult, ThresholdCheck
 
 OPS: dict[str, Callable[[float, float], bool]] = {
@@ -82,7 +83,7 @@ def parse_threshold(text: str, source: str | None = None) -> Threshold:
     try:
         return _parse(text, source)
     except _Bad as exc:
-        message = f"bad threshold {text.strip()!r}: {exc}"
+        message = f"bad threshold {shown(text.strip())}: {exc}"
         if source is None:
             raise UsageError(message) from None
         path, line = _split_source(source)
@@ -104,9 +105,9 @@ def _parse(text: str, source: str | None) -> Threshold:
         raise _Bad(f"no comparison found; {_FORMS}")
     metric, op, value_text = match.group("metric", "op", "value")
     if metric not in METRICS:
-        raise _Bad(f"unknown metric {metric!r}; valid: {', '.join(METRICS)}")
+        raise _Bad(f"unknown metric {shown(metric)}; valid: {', '.join(METRICS)}")
     if op not in OPS:
-        raise _Bad(f"unknown comparison {op!r}; valid: {', '.join(OPS)}")
+        raise _Bad(f"unknown comparison {shown(op)}; valid: {', '.join(OPS)}")
     value = _value(metric, value_text)
     return Threshold(metric=metric, op=op, value=value, expr=text.strip(), source=source)
 
@@ -114,35 +115,35 @@ def _parse(text: str, source: str | None) -> Threshold:
 def _value(metric: str, text: str) -> float:
     match = _VALUE.match(text)
     if not match:
-        raise _Bad(f"bad value {text!r}: expected a number >= 0 with {_units_help(metric)}")
+        raise _Bad(f"bad value {shown(text)}: expected a number >= 0 with {_units_help(metric)}")
     number = float(match.group("number"))
     unit = match.group("unit")
     if not math.isfinite(number):
-        raise _Bad(f"bad value {text!r}: too large")
+        raise _Bad(f"bad value {shown(text)}: too large")
     family = metric_family(metric)
     if family == "duration":
         if unit not in DURATION_UNITS:
-            got = f"unit {unit!r}" if unit else "no unit"
+            got = f"unit {shown(unit)}" if unit else "no unit"
             raise _Bad(f"{metric} is a duration: {got}; {_units_help(metric)}")
         return number * DURATION_UNITS[unit]
     if family == "rate":
         if unit == "%":
             if number > 100:
-                raise _Bad(f"{metric} cannot be over 100% (got {text!r})")
+                raise _Bad(f"{metric} cannot be over 100% (got {shown(text)})")
             return number / 100
         if unit:
-            raise _Bad(f"{metric}: unit {unit!r} does not fit; {_units_help(metric)}")
+            raise _Bad(f"{metric}: unit {shown(unit)} does not fit; {_units_help(metric)}")
         if number > 1:
             raise _Bad(
-                f"{metric}: {text!r} is over 1; write a percentage like {text}% or a fraction"
+                f"{metric}: {shown(text)} is over 1; write a percentage like {text}% or a fraction"
             )
         return number
     if family == "throughput":
         if unit not in ("", "/s"):
-            raise _Bad(f"{metric}: unit {unit!r} does not fit; {_units_help(metric)}")
+            raise _Bad(f"{metric}: unit {shown(unit)} does not fit; {_units_help(metric)}")
         return number
     if unit:
-        raise _Bad(f"{metric} is a count: unit {unit!r} does not fit; {_units_help(metric)}")
+        raise _Bad(f"{metric} is a count: unit {shown(unit)} does not fit; {_units_help(metric)}")
     return number
 
 

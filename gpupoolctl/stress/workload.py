@@ -15,6 +15,7 @@ from typing import Any
 
 from gpupoolctl.agent.workloads import WORKLOAD_COMMAND, matmul, sim, train
 from gpupoolctl.errors import UsageError
+from gpupoolctl.hw.shown import shown
 from gpupoolctl.ledger.units import parse_memory_mib
 from gpupoolctl.sched.request import JobRequest, parse_priority
 from gpupoolctl.stress.levels import bounded_seconds, number_text
@@ -76,7 +77,9 @@ def check_workload_arg(kind: str, key: str, value: Any) -> Any:
     a command line to its argv); UsageError names the workload and the argument."""
     valid = _WORKLOAD_DEFAULTS[kind]
     if key not in valid:
-        raise UsageError(f"workload {kind}: unknown argument {key!r}; valid: {', '.join(valid)}")
+        raise UsageError(
+            f"workload {kind}: unknown argument {shown(key)}; valid: {', '.join(valid)}"
+        )
     if kind == "train":
         low, high, whole, nullable = _TRAIN_LIMITS[key]
         if value is None and nullable:
@@ -87,11 +90,14 @@ def check_workload_arg(kind: str, key: str, value: Any) -> Any:
         is_number = isinstance(value, int | float) and not isinstance(value, bool)
         if not is_number or not math.isfinite(value) or not low <= value <= high:
             raise UsageError(
-                f"workload train {key}: expected a number within {low:g}..{high:g}, got {value!r}"
+                f"workload train {key}: expected a number within {low:g}..{high:g}, got "
+                f"{shown(value)}"
             )
         if whole:
             if value != int(value):
-                raise UsageError(f"workload train {key}: expected a whole number, got {value!r}")
+                raise UsageError(
+                    f"workload train {key}: expected a whole number, got {shown(value)}"
+                )
             return int(value)
         return float(value)
     if key in ("work_s", "seconds"):
@@ -101,11 +107,13 @@ def check_workload_arg(kind: str, key: str, value: Any) -> Any:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-            raise UsageError(f"workload sim {key}: expected a number within 0..1, got {value!r}")
+            raise UsageError(
+                f"workload sim {key}: expected a number within 0..1, got {shown(value)}"
+            )
         return float(value)
     if key == "size":
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UsageError(f"workload matmul size: expected a whole number, got {value!r}")
+            raise UsageError(f"workload matmul size: expected a whole number, got {shown(value)}")
         if not MIN_MATMUL_SIZE <= value <= MAX_MATMUL_SIZE:
             raise UsageError(
                 f"workload matmul size: expected {MIN_MATMUL_SIZE}..{MAX_MATMUL_SIZE}, got {value}"
@@ -114,7 +122,7 @@ def check_workload_arg(kind: str, key: str, value: Any) -> Any:
     if key == "dtype":
         if value not in DTYPES:
             raise UsageError(
-                f"workload matmul dtype: use one of {', '.join(DTYPES)}; got {value!r}"
+                f"workload matmul dtype: use one of {', '.join(DTYPES)}; got {shown(value)}"
             )
         return value
     # argv
@@ -125,7 +133,9 @@ def check_workload_arg(kind: str, key: str, value: Any) -> Any:
         or not value
         or not all(isinstance(a, str) for a in value)
     ):
-        raise UsageError(f"workload cmd argv: expected a non-empty list of strings, got {value!r}")
+        raise UsageError(
+            f"workload cmd argv: expected a non-empty list of strings, got {shown(value)}"
+        )
     if not value[0].strip() or any("\0" in a for a in value):
         raise UsageError("workload cmd argv: the command must be named and contain no NUL bytes")
     return list(value)
@@ -135,7 +145,7 @@ def _split_command(text: str) -> list[str]:
     try:
         return shlex.split(text)
     except ValueError as exc:
-        raise UsageError(f"workload cmd: cannot split {text!r}: {exc}") from None
+        raise UsageError(f"workload cmd: cannot split {shown(text)}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -151,7 +161,9 @@ class Workload:
 
     def __post_init__(self) -> None:
         if self.kind not in WORKLOAD_KINDS:
-            raise UsageError(f"unknown workload {self.kind!r}; valid: {', '.join(WORKLOAD_KINDS)}")
+            raise UsageError(
+                f"unknown workload {shown(self.kind)}; valid: {', '.join(WORKLOAD_KINDS)}"
+            )
         if not isinstance(self.args, Mapping):
             raise UsageError(f"workload {self.kind}: arguments must be a mapping")
         args = dict(_WORKLOAD_DEFAULTS[self.kind])
@@ -253,22 +265,24 @@ class RequestShape:
     def __post_init__(self) -> None:
         weight = self.weight
         if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise UsageError(f"request weight: expected a number > 0, got {weight!r}")
+            raise UsageError(f"request weight: expected a number > 0, got {shown(weight)}")
         if not math.isfinite(weight) or weight <= 0:
-            raise UsageError(f"request weight: expected a number > 0, got {weight!r}")
+            raise UsageError(f"request weight: expected a number > 0, got {shown(weight)}")
         object.__setattr__(self, "weight", float(weight))
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
-            raise UsageError(f"request gpus: expected a whole number >= 1, got {self.gpus!r}")
+            raise UsageError(f"request gpus: expected a whole number >= 1, got {shown(self.gpus)}")
         for name in ("profile", "mem", "vendor", "model", "bandwidth"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
-                raise UsageError(f"request {name}: expected text, got {value!r}")
+                raise UsageError(f"request {name}: expected text, got {shown(value)}")
         for name in ("same_node", "same_island", "preemptible"):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"request {name}: expected true or false")
         priority = self.priority
         if isinstance(priority, bool) or not isinstance(priority, str | int):
-            raise UsageError(f"request priority: use low, normal, high or 0..100; got {priority!r}")
+            raise UsageError(
+                f"request priority: use low, normal, high or 0..100; got {shown(priority)}"
+            )
         parse_priority(str(priority))
         restarts = self.max_restarts
         if (
@@ -277,7 +291,8 @@ class RequestShape:
             or not 0 <= restarts <= MAX_RESTARTS
         ):
             raise UsageError(
-                f"request max-restarts: expected a whole number 0..{MAX_RESTARTS}, got {restarts!r}"
+                f"request max-restarts: expected a whole number 0..{MAX_RESTARTS}, got "
+                f"{shown(restarts)}"
             )
         object.__setattr__(self, "priority", str(priority).strip().lower())
         if self.mem is not None:
@@ -313,7 +328,7 @@ def shape_from_dict(data: Mapping[str, Any]) -> RequestShape:
     unknown = [k for k in data if k not in SHAPE_FIELDS]
     if unknown:
         raise UsageError(
-            f"request: unknown field {unknown[0]!r}{did_you_mean(unknown[0], SHAPE_FIELDS)}; "
+            f"request: unknown field {shown(unknown[0])}{did_you_mean(unknown[0], SHAPE_FIELDS)}; "
             f"valid: {', '.join(SHAPE_FIELDS)}"
         )
     return RequestShape(**dict(data))

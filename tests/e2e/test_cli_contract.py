@@ -101,10 +101,10 @@ def test_os_error_message_names_the_file_and_every_reason_in_order() -> None:
     ("args", "message"),
     [
         (("alloc", "--owner="), "--owner must not be empty"),
-        (("alloc", "--mem="), "bad memory size ''"),
-        (("alloc", "--ttl="), "bad duration ''"),
-        (("submit", "--mem=", "--dry-run", "--", "true"), "bad memory size ''"),
-        (("submit", "--profile=", "--dry-run", "--", "true"), "profile must not be empty"),
+        (("alloc", "--mem="), "--mem must not be empty"),
+        (("alloc", "--ttl="), "--ttl must not be empty"),
+        (("submit", "--mem=", "--dry-run", "--", "true"), "--mem must not be empty"),
+        (("submit", "--profile=", "--dry-run", "--", "true"), "--profile must not be empty"),
     ],
 )
 def test_empty_request_values_are_usage_errors(cli, args, message) -> None:

@@ -76,7 +76,7 @@ def test_a_drained_card_is_never_recut_and_bad_drains_are_one_line(
     for args, code, text in (
         (["drain", "nosuch", "--reason", "x"], 1, "no host or card 'nosuch'"),
         (["drain", "sg-dgx01"], 2, "--reason"),
-        (["drain", "sg-dgx01", "--reason", "  "], 2, "--reason must say why"),
+        (["drain", "sg-dgx01", "--reason", "  "], 2, "--reason must not be empty"),
         (["undrain", "sg-dgx02"], 1, "'sg-dgx02' is not drained"),
     ):
         bad = jobs_cli("-q", *args)

@@ -96,4 +96,4 @@ def test_sim_nics_replace_a_simulated_nodes_nics_until_taken_out(cli):
     assert run.code == 1, (run.code, run.stderr)
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in run.stderr
-    assert f"{bad}:5: host n1: sim_nics[0]: speed_gbps must be a number" in lines[0]
+    assert f"{bad}:5: host 'n1': sim_nics[0]: speed_gbps must be a number" in lines[0]

@@ -205,7 +205,7 @@ def test_a_command_line_that_is_not_utf8_is_one_line_and_nothing_is_recorded(job
         line = run.stderr.strip().splitlines()[-1]
         assert len(run.stderr.strip().splitlines()) <= 2, run.stderr  # notice + error
         assert "is not valid UTF-8 text" in line
-        assert ("job.argv[1]" if args[0] == "--" else "job.name") in line
+        assert ("job.argv[1]" if args[0] == "--" else "--name") in line
     history = jobs_cli("-o", "json", "ledger", "show").json()
     assert {r["op"] for r in history} <= {"slices"}  # submit's refresh of the pool, no job
     assert jobs_cli("ledger", "verify").code == 0

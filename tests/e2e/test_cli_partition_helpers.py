@@ -65,7 +65,7 @@ def test_plain_argv_hooks(tmp_path: Path) -> None:
         ("apply-exit:\n  - systemctl start kubelet\n", "without a shell"),
         ("apply-exit: [[]]\n", "non-empty argv list"),
         ("version: v2\nhooks: {}\n", "unknown hooks file version"),
-        ("apply-exit:\n  - {command: x, shell: true}\n", "unknown keys ['shell']"),
+        ("apply-exit:\n  - {command: x, shell: true}\n", "unknown key(s) 'shell'"),
         ("apply-exit: [\n", "not valid YAML"),
         ("- a\n", "expected a map"),
     ],

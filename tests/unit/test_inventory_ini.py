@@ -100,12 +100,12 @@ def test_group_priority_is_not_a_variable(tmp_path):
 @pytest.mark.parametrize(
     ("text", "line", "message"),
     [
-        ("[g]\nh1\n[g:bogus]\n", 3, "unknown type: bogus"),
+        ("[g]\nh1\n[g:bogus]\n", 3, "unknown type: 'bogus'"),
         ("h1\n[bad group]\n", 2, "Invalid section entry"),
-        ("[g]\nh1 novalue\n", 2, "Expected key=value host variable assignment, got: novalue"),
-        ("[g:vars]\nx=1\n", 1, "Section [g:vars] not valid for undefined group 'g'."),
+        ("[g]\nh1 novalue\n", 2, "Expected key=value host variable assignment, got: 'novalue'"),
+        ("[g:vars]\nx=1\n", 1, "Section '[g:vars]' not valid for undefined group 'g'."),
         ("[g]\nh\n[g:children]\nmissing\n", 4, "includes undefined group 'missing'"),
-        ("[g]\nh\n[g:vars]\njustakey\n", 4, "Expected key=value, got: justakey"),
+        ("[g]\nh\n[g:vars]\njustakey\n", 4, "Expected key=value, got: 'justakey'"),
         ("[g]\nh\n[g:children]\na b\n", 4, "Expected group name"),
         ("[g]\nh 'unclosed\n", 2, "Error parsing host definition"),
         ("[g]\nhost:\n", 2, "ending in ':' is not allowed"),

@@ -123,7 +123,7 @@ def test_yml_file_with_ini_content_falls_back_to_ini(tmp_path):
     ("text", "line", "message"),
     [
         ("g:\n  hosts:\n    h1: {a: 1\n", 4, "invalid YAML"),
-        ("g:\n  hosts: [a, b]\n", 2, 'Invalid "hosts" entry for "g" group'),
+        ("g:\n  hosts: [a, b]\n", 2, "Invalid \"hosts\" entry for 'g' group"),
         ("g:\n  hosts:\n    123:\n", 3, "Host pattern 123 must be a string"),
         ("g:\n  hosts:\n    h1: 5\n", 3, "must be a mapping"),
         ("g:\n  hosts:\n    gpu[01:100]:\n", 3, "equal-length begin and end"),
@@ -133,7 +133,7 @@ def test_yml_file_with_ini_content_falls_back_to_ini(tmp_path):
             3,
             "Adding group 'b' as child to 'a' creates a recursive dependency loop.",
         ),
-        ("g:\n  children:\n    nope: 5\n", 3, "nope is not a known host nor group"),
+        ("g:\n  children:\n    nope: 5\n", 3, "'nope' is not a known host nor group"),
         ("plugin: aws_ec2\n", 1, "Plugin configuration YAML file"),
         ("g:\n  vars:\n    ansible_group_priority: high\n", 3, "must be an integer"),
         ("g:\n  vars:\n    pw: !vault |\n      abc\n", 3, "invalid YAML"),

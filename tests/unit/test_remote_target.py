@@ -26,7 +26,7 @@ def test_bad_ssh_addresses_fail_that_host_only(address: str) -> None:
     target = target_from_vars("n1", {"ansible_host": address})
     assert target.invalid is not None
     assert "not a host name" in target.invalid
-    assert target.invalid.startswith("host n1:")
+    assert target.invalid.startswith("host 'n1':")
 
 
 def test_the_alias_is_checked_when_it_is_the_host_name() -> None:

@@ -45,13 +45,13 @@ def test_links_parse_with_sites_in_either_order():
         ([{"sites": ["a", "b"], "gbps": 0, "rtt_ms": 1}], "gbps must be more than 0"),
         ([{"sites": ["a", "b"], "gbps": 1, "rtt_ms": -2}], "rtt_ms must be 0 or more"),
         ([{"sites": ["a", "b"], "gbps": 1, "rtt_ms": float("nan")}], "rtt_ms must be 0 or more"),
-        ([{"sites": ["a", "b"], "gbps": 1, "rtt_ms": 1, "mtu": 9000}], "unknown key(s) mtu"),
+        ([{"sites": ["a", "b"], "gbps": 1, "rtt_ms": 1, "mtu": 9000}], "unknown key(s) 'mtu'"),
         (
             [
                 {"sites": ["a", "b"], "gbps": 1, "rtt_ms": 1},
                 {"sites": ["b", "a"], "gbps": 2, "rtt_ms": 1},
             ],
-            "[1]: a<->b is already given in gpupool_site_links[0]",
+            "[1]: 'a'<->'b' is already given in gpupool_site_links[0]",
         ),
     ],
 )
@@ -92,7 +92,7 @@ def test_target_site_and_links_from_vars():
     assert plain.site is None and plain.site_links == ()
     # Vars that did not come through load_inventory: only this host fails.
     bad = target_from_vars("n1", {"gpupool_site_links": "sg-dxb"})
-    assert bad.invalid is not None and bad.invalid.startswith("host n1: gpupool_site_links")
+    assert bad.invalid is not None and bad.invalid.startswith("host 'n1': gpupool_site_links")
 
 
 def test_the_bundled_pool_links_singapore_and_dubai():
