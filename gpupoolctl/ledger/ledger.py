@@ -22,7 +22,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpupoolctl.atomic import fsync_dir
 from gpupoolctl.errors import UsageError
 from gpupoolctl.ledger import fileio, journal, replay, snapshot, watermark
 from gpupoolctl.ledger.errors import LedgerDamaged, LedgerError
@@ -319,7 +318,7 @@ class Ledger:
             ensure_folder(self.paths.folder, create=self.is_default)
             flags |= os.O_CREAT
         try:
-            return os.open(self.paths.journal, flags, FILE_MODE)
+            return fileio.open_file(self.paths.journal, flags, FILE_MODE)
         except FileNotFoundError:
             return None
         except PermissionError:
@@ -432,7 +431,7 @@ class Ledger:
             try:
                 fd, st, created = self._journal_for_writing()
                 if created and self.durable:
-                    fsync_dir(self.paths.folder)
+                    fileio.sync_dir(self.paths.folder)
                 warnings: list[str] = []
                 mode_note = self._mode_warning(fd, st.st_mode)
                 if mode_note:

@@ -14,6 +14,7 @@ from functools import cached_property
 from pathlib import Path
 
 from gpupoolctl.atomic import replace_file
+from gpupoolctl.ledger import fileio
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -74,5 +75,5 @@ def ensure_folder(folder: Path, *, create: bool) -> None:
 
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """temp file, fsync, rename over `path`, fsync the folder: readers see old or new, never
-    half (and after a crash, one of the two survives)."""
-    replace_file(path, data, mode=FILE_MODE, durable=durable)
+    half (and after a crash, one of the two survives). Through fileio, as every ledger write."""
+    replace_file(path, data, mode=FILE_MODE, durable=durable, fs=fileio)

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupoolctl.ledger import journal, snapshot
+from gpupoolctl.ledger import fileio, journal, snapshot
 from gpupoolctl.ledger.errors import LedgerDamaged, LedgerError
 from gpupoolctl.ledger.paths import FILE_MODE, LedgerPaths, write_atomic
 from gpupoolctl.ledger.state import State
@@ -68,7 +68,7 @@ def rebuild_snapshot(paths: LedgerPaths, *, durable: bool, actor: str, now: str)
             }
         )
     if paths.snapshot.exists():
-        os.replace(paths.snapshot, paths.snapshot.with_name(paths.snapshot.name + ".damaged"))
+        fileio.rename(paths.snapshot, paths.snapshot.with_name(paths.snapshot.name + ".damaged"))
     if entries:
         snapshot.write(
             paths,
@@ -177,7 +177,7 @@ def _entry(
 
 def _append_quarantine(paths: LedgerPaths, entries: list[dict[str, Any]], *, durable: bool) -> None:
     data = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries).encode("utf-8")
-    fd = os.open(paths.quarantine, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    fd = fileio.open_file(paths.quarantine, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
     try:
         journal.append(fd, data, durable=durable)
     finally:

@@ -27,7 +27,6 @@ import os
 import zlib
 from dataclasses import dataclass
 
-from gpupoolctl.atomic import fsync_dir
 from gpupoolctl.ledger import fileio
 from gpupoolctl.ledger.paths import FILE_MODE, LedgerPaths
 
@@ -105,12 +104,12 @@ class Watermark:
         # their flocks one, and two read-compare-writes at once could lower the mark.
         if self._fd is None or self._pid != os.getpid():
             existed = self.paths.watermark.exists()
-            self._fd = os.open(
+            self._fd = fileio.open_file(
                 self.paths.watermark, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE
             )
             self._pid = os.getpid()
             if not existed:
-                fsync_dir(self.paths.folder)
+                fileio.sync_dir(self.paths.folder)
         return self._fd
 
     def close(self) -> None:
