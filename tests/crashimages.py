@@ -73,7 +73,8 @@ class Event:
     by the folder's path and the names in it."""
 
     kind: str  # write truncate sync-begin sync-end | create mkdir rename unlink
-    # dirsync-begin dirsync-end | ack (a writer's call returned) | died (SIGKILLed)
+    # dirsync-begin dirsync-end | ack (a writer's call returned) | killed (name: how and
+    # which call) | died (the parent saw it die)
     writer: int = 0
     dev: int = 0
     ino: int = 0
@@ -138,11 +139,6 @@ class Kill:
     call: str = ""
 
 
-def _die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(60)  # not reached
-
-
 class Recorder:
     """Replaces gpupoolctl.ledger.fileio's functions with recording ones (`installed`)."""
 
@@ -154,6 +150,7 @@ class Recorder:
         self.rng = random.Random(0)
         self._real: dict[str, Callable[..., Any]] = {}
         self._tokens = 0
+        self._call = ""
 
     @contextmanager
     def installed(self) -> Iterator[Recorder]:
@@ -177,7 +174,17 @@ class Recorder:
         if self.kill is None or self.kill.call not in ("", call, call.split(" ")[0]):
             return None
         self.calls += 1
-        return self.kill.how if self.calls == self.kill.at else None
+        if self.calls != self.kill.at:
+            return None
+        self._call = call
+        return self.kill.how
+
+    def _die(self) -> None:
+        """SIGKILL this writer (under the log's lock: the kernel lets go of it)."""
+        assert self.kill is not None
+        self._add("killed", name=f"{self.kill.how} {self._call}")
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)  # not reached
 
     def _add(self, kind: str, **fields: Any) -> None:
         self.log.add(Event(kind, writer=self.writer, **fields))
@@ -188,7 +195,7 @@ class Recorder:
             at = st.st_size if offset is None else offset
             due = self._due("write")
             if due == "before":
-                _die()
+                self._die()
             if due == "partial" and len(data) > 1:
                 data = bytes(data)[: self.rng.randrange(1, len(data))]
             if offset is None:
@@ -197,7 +204,7 @@ class Recorder:
                 self._real["write_at"](fd, data, offset)
             self._add("write", dev=st.st_dev, ino=st.st_ino, offset=at, data=bytes(data))
             if due:
-                _die()
+                self._die()
 
     def append(self, fd: int, data: bytes) -> None:
         self._write(fd, data, None)
@@ -210,11 +217,11 @@ class Recorder:
             st = os.fstat(fd)
             due = self._due("truncate")
             if due == "before":
-                _die()
+                self._die()
             self._real["truncate"](fd, size)
             self._add("truncate", dev=st.st_dev, ino=st.st_ino, offset=size)
             if due:
-                _die()
+                self._die()
 
     def _synced(self, kind: str, perform: Callable[[], None], **fields: Any) -> None:
         """A sync covers what was there when it began and is complete when it returns:
@@ -222,7 +229,7 @@ class Recorder:
         with self.log.locked():
             due = self._due(kind)
             if due == "before":
-                _die()
+                self._die()
             self._tokens += 1
             token = self.writer * 1_000_000 + self._tokens
             self._add(f"{kind}-begin", token=token, **fields)
@@ -231,7 +238,7 @@ class Recorder:
             perform()
             self._add(f"{kind}-end", token=token, **fields)
             if due:
-                _die()
+                self._die()
 
     def sync(self, fd: int) -> None:
         st = os.fstat(fd)
@@ -244,11 +251,11 @@ class Recorder:
         with self.log.locked():
             due = self._due(f"{kind} {fields.get('name2') or path.name}")
             if due == "before":
-                _die()
+                self._die()
             result = perform()
             self._add(kind, folder=str(path.parent), name=path.name, **fields)
             if due:
-                _die()
+                self._die()
             return result
 
     def open_file(self, path: Path, flags: int, mode: int) -> int:
@@ -258,7 +265,7 @@ class Recorder:
             existed = os.path.lexists(path)
             due = None if existed else self._due(f"create {path.name}")
             if due == "before":
-                _die()
+                self._die()
             fd = self._real["open_file"](path, flags, mode)
             if not existed:
                 self._created(fd, path, due)
@@ -268,13 +275,13 @@ class Recorder:
         st = os.fstat(fd)
         self._add("create", folder=str(path.parent), name=path.name, dev=st.st_dev, ino=st.st_ino)
         if due:
-            _die()
+            self._die()
 
     def create_temp(self, folder: Path, prefix: str) -> tuple[int, Path]:
         with self.log.locked():
             due = self._due(f"create {prefix}")
             if due == "before":
-                _die()
+                self._die()
             fd, path = self._real["create_temp"](folder, prefix)
             self._created(fd, path, due)
         return fd, path
@@ -715,7 +722,11 @@ class Mix:
     kills: tuple[Kill | None, ...] = ()
 
     def describe(self) -> str:
-        killed = [f"w{i}@{k.at}:{k.how}" for i, k in enumerate(self.kills) if k is not None]
+        killed = [
+            f"w{i}@{k.call or 'call'}#{k.at}:{k.how}"
+            for i, k in enumerate(self.kills)
+            if k is not None
+        ]
         return (
             f"{self.writers} writers x {self.rounds} rounds, autocompact {self.autocompact}, "
             f"ttl {self.ttl_ms} ms, compact every {self.compact_every}, "
@@ -726,12 +737,7 @@ class Mix:
 def random_mix(rng: random.Random) -> Mix:
     """A mix for the long run: concurrent writers, mostly compacting, some SIGKILLed."""
     writers = rng.randint(2, 4)
-    kills = tuple(
-        Kill(rng.randint(1, 70), rng.choice(["before", "after", "partial"]))
-        if rng.random() < 0.5
-        else None
-        for _ in range(writers)
-    )
+    kills = tuple(_random_kill(rng) if rng.random() < 0.5 else None for _ in range(writers))
     return Mix(
         writers=writers,
         rounds=rng.randint(3, 8),
@@ -740,6 +746,15 @@ def random_mix(rng: random.Random) -> Mix:
         compact_every=rng.choice([0, 0, 0, 3]),
         kills=kills,
     )
+
+
+def _random_kill(rng: random.Random) -> Kill:
+    """At any call, or (one time in three) at one of the few calls whose order makes
+    compaction and a new journal durable: a rename, a folder's fsync, a new file."""
+    how = rng.choice(["before", "after", "partial"])
+    if rng.random() < 1 / 3:
+        return Kill(rng.randint(1, 4), how, rng.choice(["rename", "dirsync", "create"]))
+    return Kill(rng.randint(1, 70), how)
 
 
 def pool(count: int = 12) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from tests.crashimages import (
 )
 
 WRITERS = 3
-ROUNDS = 12  # alloc + release each: 72 acknowledged writes, ~400 recorded steps
+ROUNDS = 8  # alloc + release each: 48 acknowledged writes, ~280 recorded steps
 IMAGES_PER_STEP = 2
 
 
