@@ -301,6 +301,26 @@ class Recorder:
         with self.log.locked():
             self._add("ack", records=[dict(r) for r in records])
 
+    def adopt(self, folder: Path) -> None:
+        """Record the files already in `folder` (and its subfolders) as written, synced and
+        named durably: a run that starts from an image."""
+        with self.log.locked():
+            for path in sorted(folder.rglob("*")):
+                where = dict(folder=str(path.parent), name=path.name)
+                if path.is_dir():
+                    self._add("mkdir", **where)
+                    continue
+                st = path.stat()
+                ident = dict(dev=st.st_dev, ino=st.st_ino)
+                self._add("create", **where, **ident)
+                self._add("write", data=path.read_bytes(), **ident)
+                self._add("sync-begin", token=-st.st_ino, **ident)
+                self._add("sync-end", token=-st.st_ino, **ident)
+            for number, sub in enumerate([folder, *sorted(folder.rglob("*"))]):
+                if sub.is_dir():
+                    self._add("dirsync-begin", folder=str(sub), token=-1 - number)
+                    self._add("dirsync-end", folder=str(sub), token=-1 - number)
+
 
 @dataclass(frozen=True)
 class Writer:
@@ -680,6 +700,7 @@ def check_image(
         and {k: got[r["seq"]][k] for k in ("op", "data", "actor")}
         != {k: r[k] for k in ("op", "data", "actor")}
     )
+    led.close()
     seqs = [r["seq"] for r in records]
     holes = sorted(set(range(1, max(seqs, default=0) + 1)) - set(seqs))
     return Outcome(verdict, recovery, after, lost, changed, holes, double_booked(records))

@@ -177,8 +177,11 @@ def _entry(
 
 def _append_quarantine(paths: LedgerPaths, entries: list[dict[str, Any]], *, durable: bool) -> None:
     data = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries).encode("utf-8")
+    first_copy = not paths.quarantine.exists()
     fd = fileio.open_file(paths.quarantine, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
     try:
         journal.append(fd, data, durable=durable)
     finally:
         os.close(fd)
+    if first_copy and durable:  # the copy is kept only once its name is, before the cut
+        fileio.sync_dir(paths.folder)

@@ -20,8 +20,10 @@ from gpupoolctl.ledger import Ledger, LedgerDamaged, journal, watermark
 from gpupoolctl.sched import JobRequest
 from gpupoolctl.sched.alloc import alloc as hold
 from tests.crashimages import (
+    EventLog,
     Kill,
     Mix,
+    Recorder,
     Run,
     Tally,
     check_image,
@@ -29,6 +31,7 @@ from tests.crashimages import (
     next_write,
     random_mix,
     recorded_run,
+    replay,
     replays,
 )
 
@@ -91,6 +94,40 @@ def test_a_record_damaged_above_the_watermark_is_cut_not_refused(tmp_path, plain
         outcome = check_image(paths, disk.acks, next_write)
         assert outcome.ok, (step, outcome)
         assert paths.quarantine.exists(), step
+
+
+def test_lines_cut_to_the_quarantine_are_kept_once_the_cut_is_durable(tmp_path, plain_run):
+    """The next writer copies a crash's damaged tail to P.quarantine, then cuts it from the
+    journal and syncs. A power cut after the cut may keep only what was synced; the copy
+    must be among it (its file's name too), or the warning's "copied to" would be false."""
+    events = plain_run.events
+    step = next(
+        i + 1
+        for i, e in enumerate(events)
+        if i > len(events) // 2 and e.kind == "write" and e.data.startswith(b'{"v":1,"seq":')
+    )
+    appended = events[step - 1]
+    image = replay(events, plain_run.root, step).killed()
+    torn = bytearray(image.files["ledger.jsonl"] or b"")
+    torn[appended.offset + 40 : appended.offset + 60] = b"\0" * 20
+    image.files["ledger.jsonl"] = bytes(torn)
+    paths = image.write(tmp_path / "image", "ledger.jsonl")
+    recorder = Recorder(EventLog(tmp_path / "recovery.log"))
+    recorder.adopt(paths.folder)
+    adopted = len(recorder.log.read())
+    with recorder.installed():
+        done = Ledger(paths.journal, actor="next@h", autocompact=0).write(next_write)
+    assert any("copied to" in w for w in done.warnings), done.warnings
+    recovery = recorder.log.read()
+    cut_durable = 0
+    for at, disk in replays(recovery, paths.folder, list(range(adopted, len(recovery) + 1))):
+        files = disk.synced_only().files
+        if len(files.get("ledger.jsonl") or b"") > appended.offset:
+            continue  # the cut is not durable yet
+        cut_durable += 1
+        kept = files.get("ledger.jsonl.quarantine") or b""
+        assert b'"line":' in kept, (at, sorted(files))
+    assert cut_durable
 
 
 def test_real_damage_below_the_watermark_is_still_refused(tmp_path, plain_run):
