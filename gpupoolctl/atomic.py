@@ -11,6 +11,7 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
+from typing import Protocol
 
 from gpupoolctl.errors import GpupoolError
 
@@ -24,24 +25,73 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def replace_file(path: Path, data: bytes, *, mode: int = 0o600, durable: bool = True) -> None:
+class FileOps(Protocol):
+    """The calls `replace_file` makes; the ledger passes its own (gpupoolctl.ledger.fileio),
+    through which its crash tests see every write, rename and sync."""
+
+    def create_temp(self, folder: Path, prefix: str) -> tuple[int, Path]: ...
+    def append(self, fd: int, data: bytes) -> None: ...
+    def sync(self, fd: int) -> None: ...
+    def rename(self, src: Path, dst: Path) -> None: ...
+    def unlink(self, path: Path) -> None: ...
+    def sync_dir(self, folder: Path) -> None: ...
+
+
+class _OsFiles:
+    """FileOps straight on the operating system."""
+
+    @staticmethod
+    def create_temp(folder: Path, prefix: str) -> tuple[int, Path]:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=prefix, suffix=".tmp")
+        return fd, Path(name)
+
+    @staticmethod
+    def append(fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
+    @staticmethod
+    def sync(fd: int) -> None:
+        os.fsync(fd)
+
+    @staticmethod
+    def rename(src: Path, dst: Path) -> None:
+        os.replace(src, dst)
+
+    @staticmethod
+    def unlink(path: Path) -> None:
+        os.unlink(path)
+
+    @staticmethod
+    def sync_dir(folder: Path) -> None:
+        fsync_dir(folder)
+
+
+OS_FILES: FileOps = _OsFiles()
+
+
+def replace_file(
+    path: Path, data: bytes, *, mode: int = 0o600, durable: bool = True, fs: FileOps = OS_FILES
+) -> None:
     """Replace `path` with `data` atomically; `mode` from the start (a secret never sits in
     a wider-open file). Raises OSError; the temp file is gone either way."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = fs.create_temp(path.parent, f".{path.name}.")
     try:
-        with os.fdopen(fd, "wb") as out:
-            os.fchmod(out.fileno(), mode)
-            out.write(data)
-            out.flush()
+        try:
+            os.fchmod(fd, mode)
+            fs.append(fd, data)
             if durable:
-                os.fsync(out.fileno())
-        os.replace(tmp, path)
+                fs.sync(fd)
+        finally:
+            os.close(fd)
+        fs.rename(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            fs.unlink(tmp)
         raise
     if durable:
-        fsync_dir(path.parent)
+        fs.sync_dir(path.parent)
 
 
 def write_file(path: Path, text: str, *, mode: int = 0o600, what: str = "") -> None:

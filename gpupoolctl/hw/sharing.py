@@ -45,17 +45,18 @@ def replacing_mode(path: Where) -> int:
         return file_mode(os.path.dirname(os.path.abspath(path)))
 
 
-def open_file(path: Where, flags: int) -> int:
-    """os.open(path, flags), creating the file when it is missing with the mode of a new file
-    in its folder. The common case (it exists) costs one open."""
-    folder = os.path.dirname(os.path.abspath(path))
+def open_file(path: Where, flags: int, mode: int | None = None) -> int:
+    """os.open(path, flags), creating the file when it is missing with exactly `mode` (the
+    umask takes nothing), by default the mode of a new file in its folder. The common case
+    (it exists) costs one open."""
     flags &= ~(os.O_CREAT | os.O_EXCL)
     while True:
         try:
             return os.open(path, flags)
         except FileNotFoundError:
             pass
-        mode = file_mode(folder)
+        if mode is None:
+            mode = file_mode(os.path.dirname(os.path.abspath(path)))
         try:
             fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
         except FileExistsError:

@@ -272,6 +272,10 @@ def scan(
     if pending:  # the file ends inside a batch: never acknowledged, so it is a torn tail
         _, number, first, _ = pending[0]
         result.torn = Torn(number, first, -1, "incomplete last batch")
+    if result.torn is not None:
+        # A jump in seq seen inside the torn tail is the tail's (never committed), not a
+        # hole in the history.
+        result.gaps = [gap for gap in result.gaps if gap.offset < result.torn.offset]
     return result
 
 

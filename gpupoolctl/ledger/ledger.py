@@ -22,7 +22,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from gpupoolctl.atomic import fsync_dir
 from gpupoolctl.errors import UsageError
 from gpupoolctl.hw import sharing
 from gpupoolctl.ledger import fileio, journal, replay, snapshot, watermark
@@ -324,6 +323,8 @@ class Ledger:
         # Told once, in words for a person, when the lock is slow to come (see FileLock).
         self._lock = FileLock(self.paths.lock, on_wait=on_lock_wait)
         self._watermark = watermark.Watermark(self.paths)
+        # The journal (dev, ino, snapshot seq) this process saw the watermark name.
+        self._named: tuple[int, int, int] | None = None
         self._loaded: replay.Loaded | None = None
         # The journal a writer appends to, kept open between transactions while it is the
         # file at P (compaction and repair put a new one there).
@@ -359,8 +360,9 @@ class Ledger:
         try:
             if create:
                 ensure_folder(self.paths.folder, create=self.is_default)
-                return sharing.open_file(self.paths.journal, flags)
-            return os.open(self.paths.journal, flags)
+                mode = sharing.file_mode(self.paths.folder)
+                return fileio.open_file(self.paths.journal, flags | os.O_CREAT, mode)
+            return fileio.open_file(self.paths.journal, flags, 0)
         except FileNotFoundError:
             return None
         except PermissionError:
@@ -451,23 +453,24 @@ class Ledger:
 
     # -- writing --------------------------------------------------------------------------
 
-    def _journal_for_writing(self) -> tuple[int, os.stat_result, bool]:
-        """Under the write lock: the journal open for appending, its status, and whether
-        this call created it. One stat of P per transaction says whether the descriptor
-        kept from the last one is still the journal there (a forked child opens its own)."""
+    def _journal_for_writing(self) -> tuple[int, os.stat_result]:
+        """Under the write lock: the journal open for appending (created if need be: its
+        name is made durable before the first append, see `_name_journal`) and its status.
+        One stat of P per transaction says whether the descriptor kept from the last one
+        is still the journal there (a forked child opens its own)."""
         try:
             st = os.stat(self.paths.journal)
         except FileNotFoundError:
             st = None
         kept = self._journal
         if st is not None and kept is not None and kept.is_at(st):
-            return kept.fd, st, False
+            return kept.fd, st
         self._forget_journal()
         fd = self._open_journal(create=True)
         assert fd is not None
         opened = os.fstat(fd)
         self._journal = _OpenJournal(fd, os.getpid(), opened.st_dev, opened.st_ino)
-        return fd, opened, st is None
+        return fd, opened
 
     @contextmanager
     def _exclusive(self) -> Iterator[tuple[int, replay.Loaded, list[str]]]:
@@ -476,9 +479,7 @@ class Ledger:
             ensure_folder(self.paths.folder, create=self.is_default)
         with self._lock.exclusive(self._read_ahead):
             try:
-                fd, st, created = self._journal_for_writing()
-                if created and self.durable:
-                    fsync_dir(self.paths.folder)
+                fd, st = self._journal_for_writing()
                 warnings: list[str] = []
                 mode_note = self._mode_warning(fd, st)
                 if mode_note:
@@ -573,6 +574,8 @@ class Ledger:
                 self._loaded = None  # the cached state already has the records
                 raise UsageError(_not_text(tx.records)) from None
             try:
+                if self.durable:
+                    self._name_journal(fd, loaded)
                 fileio.append(fd, data)
             except OSError as exc:
                 self._loaded = None
@@ -596,6 +599,26 @@ class Ledger:
             elif self.durable:
                 dev, ino = loaded.ident[0], loaded.ident[1]
                 pending.append((fd, watermark.Mark(dev, ino, loaded.snapshot_seq, scan.end)))
+
+    def _name_journal(self, fd: int, loaded: replay.Loaded) -> None:
+        """Under the write lock, before the first append to a journal the watermark does not
+        name (one just created, or put in place by a compaction or repair killed before it
+        named it): make the folder's names durable (the journal's, the snapshot's, the
+        watermark's), sync what the journal holds, and name it in the watermark with all of
+        that synced. Appending first would let a power cut take the journal's name away with
+        records acknowledged in it, or leave damage in its unsynced records that no
+        watermark tells from real damage (writes refused until `ledger repair`). Each
+        process asks once per journal; the watermark names it until the next compaction or
+        repair, which names the journal it puts in place."""
+        journal_at = (loaded.ident[0], loaded.ident[1], loaded.snapshot_seq)
+        if self._named == journal_at:
+            return
+        if not self._watermark.names(*journal_at):
+            fileio.sync_dir(self.paths.folder)
+            fileio.sync(fd)
+            with suppress(OSError):  # left unnamed (an unwritable P.synced): only stricter
+                self._watermark.reset(watermark.Mark(*journal_at, loaded.scan.end))
+        self._named = journal_at
 
     def _compact_after_write(self, fd: int, loaded: replay.Loaded) -> list[str]:
         """Compact while still holding the write lock, once the live journal holds

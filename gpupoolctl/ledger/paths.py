@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gpupoolctl.atomic import replace_file
 from gpupoolctl.hw import sharing
+from gpupoolctl.ledger import fileio
 
 DIR_MODE = 0o700
 
@@ -75,5 +76,6 @@ def ensure_folder(folder: Path, *, create: bool) -> None:
 
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:
     """temp file, fsync, rename over `path`, fsync the folder: readers see old or new, never
-    half (and after a crash, one of the two survives). The new file has the old one's mode."""
-    replace_file(path, data, mode=sharing.replacing_mode(path), durable=durable)
+    half (and after a crash, one of the two survives). The new file has the old one's mode;
+    through fileio, as every ledger write."""
+    replace_file(path, data, mode=sharing.replacing_mode(path), durable=durable, fs=fileio)

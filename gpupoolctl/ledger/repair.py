@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupoolctl.hw import sharing
-from gpupoolctl.ledger import journal, snapshot
+from gpupoolctl.ledger import fileio, journal, snapshot
 from gpupoolctl.ledger.errors import LedgerDamaged, LedgerError
 from gpupoolctl.ledger.paths import LedgerPaths, write_atomic
 from gpupoolctl.ledger.state import State
@@ -73,7 +73,7 @@ def rebuild_snapshot(paths: LedgerPaths, *, durable: bool, actor: str, now: str)
             }
         )
     if paths.snapshot.exists():
-        os.replace(paths.snapshot, paths.snapshot.with_name(paths.snapshot.name + ".damaged"))
+        fileio.rename(paths.snapshot, paths.snapshot.with_name(paths.snapshot.name + ".damaged"))
     if entries:
         snapshot.write(
             paths,
@@ -256,8 +256,12 @@ def _entry(
 
 def _append_quarantine(paths: LedgerPaths, entries: list[dict[str, Any]], *, durable: bool) -> None:
     data = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries).encode("utf-8")
-    fd = sharing.open_file(paths.quarantine, os.O_WRONLY | os.O_APPEND)
+    first_copy = not paths.quarantine.exists()
+    mode = sharing.file_mode(paths.folder)
+    fd = fileio.open_file(paths.quarantine, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
     try:
         journal.append(fd, data, durable=durable)
     finally:
         os.close(fd)
+    if first_copy and durable:  # the copy is kept only once its name is, before the cut
+        fileio.sync_dir(paths.folder)

@@ -13,13 +13,14 @@ import hashlib
 import json
 import os
 import zlib
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from gpupoolctl.atomic import fsync_dir
 from gpupoolctl.hw import sharing
+from gpupoolctl.ledger import fileio
 from gpupoolctl.ledger.errors import LedgerDamaged
 from gpupoolctl.ledger.paths import LedgerPaths, write_atomic
 from gpupoolctl.ledger.units import format_ts, parse_ts
@@ -87,36 +88,38 @@ def write_archive(
     """Copy journal bytes [start, end) into P.archive/<first>-<last>.jsonl.gz, atomically."""
     folder = paths.archive_dir
     if not folder.is_dir():
-        sharing.make_dirs(folder)
+        with suppress(FileExistsError):
+            fileio.make_dir(folder, sharing.dir_mode(folder.parent))
         if durable:
-            fsync_dir(folder.parent)
+            fileio.sync_dir(folder.parent)
     name = f"{first:012d}-{last:012d}.jsonl.gz"
     target = folder / name
-    tmp = folder / f".{name}.tmp-{os.getpid()}"
     digest = hashlib.sha256()
-    out_fd = sharing.open_file(tmp, os.O_WRONLY | os.O_TRUNC)
+    out_fd, tmp = fileio.create_temp(folder, f".{name}.")
+    os.fchmod(out_fd, sharing.file_mode(folder))  # as replace_file does: mkstemp makes 0600
     try:
-        with (
-            os.fdopen(out_fd, "wb") as raw,
-            gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=3, mtime=0) as packed,
-        ):
-            offset = start
-            while offset < end:
-                chunk = os.pread(fd, min(4 << 20, end - offset), offset)
-                if not chunk:
-                    break
-                packed.write(chunk)
-                offset += len(chunk)
-            packed.close()
-            raw.flush()
+        try:
+            with gzip.GzipFile(
+                filename="", mode="wb", fileobj=fileio.Appender(out_fd), compresslevel=3, mtime=0
+            ) as packed:
+                offset = start
+                while offset < end:
+                    chunk = os.pread(fd, min(4 << 20, end - offset), offset)
+                    if not chunk:
+                        break
+                    packed.write(chunk)
+                    offset += len(chunk)
             if durable:
-                os.fsync(raw.fileno())
-        os.replace(tmp, target)
+                fileio.sync(out_fd)
+        finally:
+            os.close(out_fd)
+        fileio.rename(tmp, target)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with suppress(OSError):
+            fileio.unlink(tmp)
         raise
     if durable:
-        fsync_dir(folder)
+        fileio.sync_dir(folder)
     with open(target, "rb") as packed_file:
         for block in iter(lambda: packed_file.read(1 << 20), b""):
             digest.update(block)

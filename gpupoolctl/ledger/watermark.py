@@ -12,11 +12,16 @@ is on bytes a sync already covered, which a crash cannot touch, and stays real d
 
 P.synced holds one fixed-size, checksummed line naming the journal it describes (device,
 inode, snapshot seq: compaction and repair put a new journal in place) and the end offset.
-After each sync the writer raises it, never lowers it, and only for the journal now at P.
-It is synced itself when a journal is created and then every SYNC_SPAN bytes, so after a
-power cut it is stale by at most that much, and a stale value is only lower (more lenient
-above it, never wrong below it). No valid watermark for this journal means that no byte
-is known to be synced: every damage then counts as real, as before group commit.
+A journal is named before anything is appended to it, under the ledger's write lock and
+after a sync of the folder (compaction and repair name the journal they put in place; the
+first writer to a journal nobody named, one just created or left by a compaction killed
+before naming it, names it): so the watermark, once synced, names the journal at P, and
+that journal's name is durable. After each sync the writer raises it, never lowers it, and
+only while it names the same journal. It is synced itself when a journal is named and then
+every SYNC_SPAN bytes, so after a power cut it is stale by at most that much, and a stale
+value is only lower (more lenient above it, never wrong below it). No valid watermark for
+this journal (one a person edited, or P.synced unwritable) means that no byte is known to
+be synced: every damage then counts as real, as before group commit.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ import os
 import zlib
 from dataclasses import dataclass
 
-from gpupoolctl.atomic import fsync_dir
 from gpupoolctl.hw import sharing
 from gpupoolctl.ledger import fileio
 from gpupoolctl.ledger.paths import LedgerPaths
@@ -106,10 +110,14 @@ class Watermark:
         # their flocks one, and two read-compare-writes at once could lower the mark.
         if self._fd is None or self._pid != os.getpid():
             existed = self.paths.watermark.exists()
-            self._fd = sharing.open_file(self.paths.watermark, os.O_RDWR | os.O_CLOEXEC)
+            self._fd = fileio.open_file(
+                self.paths.watermark,
+                os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                sharing.file_mode(self.paths.folder),
+            )
             self._pid = os.getpid()
             if not existed:
-                fsync_dir(self.paths.folder)
+                fileio.sync_dir(self.paths.folder)
         return self._fd
 
     def close(self) -> None:
@@ -117,38 +125,41 @@ class Watermark:
             os.close(self._fd)
         self._fd = None
 
+    def names(self, dev: int, ino: int, snapshot_seq: int) -> bool:
+        """Whether the watermark names this journal (False when it cannot be read)."""
+        try:
+            fd = self._open()
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            try:
+                current = decode(os.pread(fd, SIZE, 0))
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        except OSError:
+            return False
+        return current is not None and current.same_journal(Mark(dev, ino, snapshot_seq, 0))
+
     def advance(self, mark: Mark) -> None:
-        """After a sync of `mark.end` bytes returned: raise the watermark to it, if the
-        journal it names is still the one at P and the watermark is lower."""
+        """After a sync of `mark.end` bytes returned: raise the watermark to it, if it names
+        the same journal and is lower. A watermark of another journal is left alone: the
+        journal at P was named before anything was appended to it (`reset`, under the
+        ledger's write lock), so another name means that a compaction or repair has put a
+        newer journal there since this writer's append."""
         fd = self._open()
         fcntl.flock(fd, fcntl.LOCK_EX)  # read-compare-write: never lower it
         try:
             current = decode(os.pread(fd, SIZE, 0))
-            if current is not None and current.same_journal(mark):
-                if current.end >= mark.end:
-                    return
-            else:
-                # Another journal's mark: overwrite it only for the journal now in place
-                # (compaction or repair may have put a newer one there since our append).
-                try:
-                    now = os.stat(self.paths.journal)
-                except FileNotFoundError:
-                    return
-                if (now.st_dev, now.st_ino) != (mark.dev, mark.ino):
-                    return
+            if current is None or not current.same_journal(mark) or current.end >= mark.end:
+                return
             fileio.write_at(fd, encode(mark), 0)
-            if (
-                current is None
-                or not current.same_journal(mark)
-                or (current.end // SYNC_SPAN != mark.end // SYNC_SPAN)
-            ):
+            if current.end // SYNC_SPAN != mark.end // SYNC_SPAN:
                 fileio.sync(fd)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
 
     def reset(self, mark: Mark) -> None:
-        """A journal was just put in place whole and synced (compaction, repair): all of it
-        is durable. The caller holds the ledger's write lock."""
+        """Name a journal whose name and `mark.end` bytes are durable: one just put in place
+        whole and synced (compaction, repair), or one named before its first append
+        (Ledger). The caller holds the ledger's write lock."""
         fd = self._open()
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:

@@ -1,197 +1,185 @@
-"""Crash images: writers sharing syncs (group commit), a power cut after every recorded step,
-and recovery by the next writer.
+"""Crash images: writers in real processes sharing syncs (group commit), compacting, some
+SIGKILLed; a power cut or a SIGKILL of everyone after a recorded step (tests/crashimages.py:
+the model), then the next writer.
 
-After recovery: every acknowledged record is there as written, nothing is held twice,
-`verify` is clean; and real damage below the watermark is still refused.
+The invariant, for every image: `ledger verify` finds at most a torn tail, the next writer
+writes without a repair, verify is clean after it, every acknowledged record is in the
+history as written, the history has no hole, and nothing is held twice. And real damage
+below the watermark is still refused. The long run (10,000+ crash points) is
+bench/ledger/crash.py; its results are in bench/ledger/README.md.
 """
 
 from __future__ import annotations
 
 import random
-from pathlib import Path
-from typing import Any
+import signal
 
 import pytest
 
 from gpupoolctl.ledger import Ledger, LedgerDamaged, journal, watermark
-from gpupoolctl.ledger.paths import LedgerPaths
 from gpupoolctl.sched import JobRequest
 from gpupoolctl.sched.alloc import alloc as hold
 from tests.crashimages import (
+    EventLog,
+    Kill,
+    Mix,
     Recorder,
-    crash_journal,
-    crash_watermark,
+    Run,
+    Tally,
+    check_image,
+    crash_points,
+    next_write,
+    random_mix,
+    recorded_run,
     replay,
-    run_writers,
-    write_image,
+    replays,
 )
 
 WRITERS = 3
-ROUNDS = 12  # alloc + release each: 72 acknowledged writes, ~220 recorded steps
+ROUNDS = 8  # alloc + release each: 48 acknowledged writes, ~280 recorded steps
 IMAGES_PER_STEP = 2
 
 
-def pool(count: int = 12) -> list[dict[str, Any]]:
-    return [
-        {"id": f"n{i // 4}/gpu{i % 4}", "host": f"n{i // 4}", "kind": "gpu", "profile": None,
-         "memory_mib": 40960 + i, "uuid": f"U{i}"}
-        for i in range(count)
-    ]  # fmt: skip
+def every_step(run: Run) -> list[int]:
+    return list(range(1, len(run.events) + 1))
 
 
-def open_ledger(path: Path, actor: str) -> Ledger:
-    return Ledger(path, durable=True, actor=actor, autocompact=0)
+def assert_all_ok(tally: Tally) -> None:
+    assert not tally.writer_errors, tally.writer_errors[:3]
+    assert not tally.failures, (len(tally.failures), tally.failures[:3])
 
 
-def recorded_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Recorder:
-    path = tmp_path / "run" / "ledger.jsonl"
-    path.parent.mkdir()
-    recorder = Recorder(LedgerPaths(path))
-    with recorder.installed(monkeypatch):
-        first = open_ledger(path, "setup@h")
-        done = first.refresh_slices(sorted({s["host"] for s in pool()}), pool())
-        recorder.ack([r["seq"] for r in done.records])
-
-        def writer(index: int) -> None:
-            led = open_ledger(path, f"w{index}@h")
-            for _ in range(ROUNDS):
-                done = hold(led, JobRequest(), owner=f"w{index}")
-                recorder.ack([r["seq"] for r in done.records])
-                released = led.release(done.value.id)
-                recorder.ack([r["seq"] for r in released.records])
-
-        run_writers(WRITERS, writer)
-    return recorder
-
-
-def acknowledged_records(run_path: Path, acks: list[list[int]]) -> dict[int, dict[str, Any]]:
-    """seq -> the record as the uninterrupted run wrote it, for every acknowledged seq."""
-    wanted = {seq for seqs in acks for seq in seqs}
-    full = open_ledger(run_path, "reader@h").history().records
-    return {r["seq"]: r for r in full if r["seq"] in wanted}
-
-
-def check_no_double_booking(records: list[dict[str, Any]]) -> None:
-    held: dict[str, str] = {}
-    for record in records:
-        data = record["data"]
-        if record["op"] == "alloc":
-            for slice_id in data["slices"]:
-                assert slice_id not in held, (record["seq"], slice_id)
-                held[slice_id] = data["id"]
-        elif record["op"] in ("release", "expire"):
-            ended = set(data.get("ids", [data.get("id")]))
-            held = {k: v for k, v in held.items() if v not in ended}
-
-
-def recover(paths: LedgerPaths) -> tuple[Ledger, bool]:
-    """The next writer's first write; with no watermark it may be refused, then repaired."""
-    led = open_ledger(paths.journal, "next@h")
-    repaired = False
-    try:
-        led.write(next_write)
-    except LedgerDamaged:
-        if watermark.durable_end(paths, *_ident(paths), 0) is not None:
-            raise  # damage above a valid watermark must never be refused
-        led.repair()
-        repaired = True
-        led.write(next_write)
-    return led, repaired
-
-
-def next_write(tx: Any) -> None:
-    """Whatever the image holds, one record: the pool's slices recorded again."""
-    tx.append("slices", {"hosts": sorted({s["host"] for s in pool()}), "slices": pool()})
-
-
-def _ident(paths: LedgerPaths) -> tuple[int, int]:
-    import os
-
-    st = os.stat(paths.journal)
-    return st.st_dev, st.st_ino
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """Concurrent writers, no compaction, nobody killed."""
+    return recorded_run(tmp_path_factory.mktemp("plain"), Mix(WRITERS, ROUNDS), seed=11)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_every_crash_image_recovers_with_every_acknowledged_record(tmp_path, monkeypatch, seed):
-    recorder = recorded_run(tmp_path, monkeypatch)
-    events = recorder.events
-    assert sum(e.kind == "ack" for e in events) == 1 + 2 * WRITERS * ROUNDS
-    syncs = sum(e.kind == "sync" and e.file == "journal" for e in events)
-    assert syncs <= 2 * WRITERS * ROUNDS + 1  # one per acknowledged write at most
+def test_every_crash_image_recovers_with_every_acknowledged_record(tmp_path, plain_run, seed):
+    events = plain_run.events
+    assert sum(len(e.records) for e in events if e.kind == "ack") == 1 + 2 * WRITERS * ROUNDS
+    assert sum(e.kind == "sync-end" for e in events) >= 2 * WRITERS * ROUNDS
     rng = random.Random(seed)
-    for step in range(1, len(events) + 1):
-        journal_file, mark_file, acks = replay(events, step)
-        want = acknowledged_records(recorder.paths.journal, acks)
+    tally = Tally()
+    for step, disk in replays(events, plain_run.root, every_step(plain_run)):
         for image_no in range(IMAGES_PER_STEP):
-            paths = write_image(
-                tmp_path / f"img-{step}-{image_no}",
-                recorder.paths,
-                crash_journal(journal_file, rng),
-                crash_watermark(mark_file, rng),
-            )
-            led, _ = recover(paths)
-            report = led.verify()
-            assert report.ok, (seed, step, image_no, report.problems)
-            got = {r["seq"]: r for r in led.history().records}
-            for seq, record in want.items():
-                assert seq in got, (seed, step, image_no, f"acknowledged seq {seq} lost")
-                assert {k: got[seq][k] for k in ("op", "data", "actor")} == {
-                    k: record[k] for k in ("op", "data", "actor")
-                }, (seed, step, seq)
-            check_no_double_booking(list(got.values()))
+            paths = disk.crash(rng).write(tmp_path / f"img-{step}-{image_no}", "ledger.jsonl")
+            tally.add(check_image(paths, disk.acks, next_write), f"step {step} #{image_no}")
+    assert_all_ok(tally)
+    assert tally.verdicts.get("torn", 0) > 0  # the images did tear records
 
 
-def test_a_record_damaged_above_the_watermark_is_cut_not_refused(tmp_path, monkeypatch):
-    """The new rule on purpose, after every append of the run (the random images above hit it
-    only as often as the writers' interleaving allows): the appended record, not yet synced,
-    is damaged in its middle with its newline intact, so it is no torn last line but a broken
-    record above the watermark. Recovery cuts it to quarantine and keeps every acknowledged
-    record; it never refuses."""
-    recorder = recorded_run(tmp_path, monkeypatch)
-    events = recorder.events
-    appends = [i + 1 for i, e in enumerate(events) if e.kind == "write" and e.file == "journal"]
+def test_a_record_damaged_above_the_watermark_is_cut_not_refused(tmp_path, plain_run):
+    """After every append of the run, the first included (no write is ever made before its
+    journal has a watermark): the appended record, not yet synced, is damaged in its middle
+    with its newline intact, so it is no torn last line but a broken record above the
+    watermark. The next writer cuts it to quarantine and keeps every acknowledged record; it
+    never refuses."""
+    events = plain_run.events
+    appends = [
+        i + 1
+        for i, e in enumerate(events)
+        if e.kind == "write" and e.data.startswith(b'{"v":1,"seq":')
+    ]
     assert len(appends) >= 2 * WRITERS * ROUNDS  # every write transaction appends
-    cut = 0
-    for step in appends:
-        journal_file, mark_file, acks = replay(events, step)
-        if mark_file.durable is None:
-            continue  # before the first watermark sync: damage there is repair's business
+    for step, disk in replays(events, plain_run.root, appends):
         appended = events[step - 1]
-        image = bytearray(journal_file.content)
+        image = disk.killed()
+        damaged = bytearray(image.files["ledger.jsonl"] or b"")
         start = appended.offset + len(appended.data) // 3
-        image[start : start + len(appended.data) // 3] = b"\0" * (len(appended.data) // 3)
-        paths = write_image(
-            tmp_path / f"torn-{step}", recorder.paths, bytes(image), mark_file.durable
-        )
-        led, repaired = recover(paths)
-        assert not repaired, step
+        damaged[start : start + len(appended.data) // 3] = b"\0" * (len(appended.data) // 3)
+        image.files["ledger.jsonl"] = bytes(damaged)
+        paths = image.write(tmp_path / f"torn-{step}", "ledger.jsonl")
+        outcome = check_image(paths, disk.acks, next_write)
+        assert outcome.ok, (step, outcome)
         assert paths.quarantine.exists(), step
-        assert led.verify().ok, step
-        got = {r["seq"] for r in led.history().records}
-        missing = set(acknowledged_records(recorder.paths.journal, acks)) - got
-        assert not missing, (step, missing)
-        cut += 1
-    assert cut >= len(appends) - 2  # only the first writes come before a watermark exists
 
 
-def test_real_damage_below_the_watermark_is_still_refused(tmp_path, monkeypatch):
-    recorder = recorded_run(tmp_path, monkeypatch)
+def test_lines_cut_to_the_quarantine_are_kept_once_the_cut_is_durable(tmp_path, plain_run):
+    """The next writer copies a crash's damaged tail to P.quarantine, then cuts it from the
+    journal and syncs. A power cut after the cut may keep only what was synced; the copy
+    must be among it (its file's name too), or the warning's "copied to" would be false."""
+    events = plain_run.events
+    step = next(
+        i + 1
+        for i, e in enumerate(events)
+        if i > len(events) // 2 and e.kind == "write" and e.data.startswith(b'{"v":1,"seq":')
+    )
+    appended = events[step - 1]
+    image = replay(events, plain_run.root, step).killed()
+    torn = bytearray(image.files["ledger.jsonl"] or b"")
+    torn[appended.offset + 40 : appended.offset + 60] = b"\0" * 20
+    image.files["ledger.jsonl"] = bytes(torn)
+    paths = image.write(tmp_path / "image", "ledger.jsonl")
+    recorder = Recorder(EventLog(tmp_path / "recovery.log"))
+    recorder.adopt(paths.folder)
+    adopted = len(recorder.log.read())
+    with recorder.installed():
+        done = Ledger(paths.journal, actor="next@h", autocompact=0).write(next_write)
+    assert any("copied to" in w for w in done.warnings), done.warnings
+    recovery = recorder.log.read()
+    cut_durable = 0
+    for at, disk in replays(recovery, paths.folder, list(range(adopted, len(recovery) + 1))):
+        files = disk.synced_only().files
+        if len(files.get("ledger.jsonl") or b"") > appended.offset:
+            continue  # the cut is not durable yet
+        cut_durable += 1
+        kept = files.get("ledger.jsonl.quarantine") or b""
+        assert b'"line":' in kept, (at, sorted(files))
+    assert cut_durable
+
+
+def test_real_damage_below_the_watermark_is_still_refused(tmp_path, plain_run):
     rng = random.Random(3)
-    events = recorder.events
+    events = plain_run.events
     checked = 0
-    for step in range(len(events) // 2, len(events) + 1, 7):
-        journal_file, mark_file, _ = replay(events, step)
-        mark = watermark.decode(mark_file.durable or b"")
+    steps = list(range(len(events) // 2, len(events) + 1, 7))
+    for step, disk in replays(events, plain_run.root, steps):
+        image = disk.crash(rng)
+        mark = watermark.decode(image.files.get("ledger.jsonl.synced") or b"")
+        journal_bytes = bytearray(image.files["ledger.jsonl"] or b"")
         if mark is None or mark.end < 300:
             continue
-        image = bytearray(crash_journal(journal_file, rng))
-        offsets = [o for o, _, _ in journal.iter_buffer(bytes(image[: mark.end]))]
+        offsets = [o for o, _, _ in journal.iter_buffer(bytes(journal_bytes[: mark.end]))]
         victim = rng.choice(offsets[:-1] or offsets)
-        image[victim + 12] ^= 0x04  # a bit flipped on bytes a sync had covered
-        paths = write_image(
-            tmp_path / f"bad-{step}", recorder.paths, bytes(image), mark_file.durable
-        )
+        journal_bytes[victim + 12] ^= 0x04  # a bit flipped on bytes a sync had covered
+        image.files["ledger.jsonl"] = bytes(journal_bytes)
+        paths = image.write(tmp_path / f"bad-{step}", "ledger.jsonl")
         with pytest.raises(LedgerDamaged, match="damaged record"):
-            hold(open_ledger(paths.journal, "next@h"), JobRequest(), owner="next")
+            hold(Ledger(paths.journal, actor="next@h", autocompact=0), JobRequest(), owner="n")
         checked += 1
     assert checked >= 5
+
+
+def test_a_compactor_killed_after_its_rename_loses_nothing_acknowledged(tmp_path):
+    """A writer compacting by itself is SIGKILLed just after renaming the new, empty journal
+    into place, before the folder's fsync that makes the rename durable; the writer after it
+    appends there and acknowledges. After a power cut that keeps only what was synced, the
+    folder may still name the old journal: every acknowledged record must survive that."""
+    mix = Mix(writers=1, rounds=4, autocompact=3, kills=(Kill(1, "after", "rename ledger.jsonl"),))
+    run = recorded_run(tmp_path / "rec", mix, seed=5)
+    assert [e.status for e in run.exits] == [-signal.SIGKILL, 0]
+    died = next(i for i, e in enumerate(run.events) if e.kind == "died")
+    steps = [i + 1 for i, e in enumerate(run.events) if e.kind == "ack" and i > died]
+    assert steps  # the replacement acknowledged writes
+    tally = Tally()
+    for step, disk in replays(run.events, run.root, steps):
+        paths = disk.synced_only().write(tmp_path / f"img-{step}", "ledger.jsonl")
+        tally.add(check_image(paths, disk.acks, next_write), f"step {step}")
+    assert_all_ok(tally)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_compacting_writers_killed_at_random_keep_the_invariant(tmp_path, seed):
+    """A short, seeded sample of the long run: random writer mixes (compacting by themselves
+    and by `ledger compact`, SIGKILLed before, after or half-way through a call, replaced),
+    random crash points of each."""
+    rng = random.Random(seed)
+    tally = Tally()
+    for number in range(2):
+        mix = random_mix(rng)
+        folder = tmp_path / f"run-{number}"
+        run = recorded_run(folder, mix, seed * 100 + number)
+        crash_points(folder, run, rng, 60, tally, f"seed {seed} run {number} [{mix.describe()}]")
+    assert_all_ok(tally)

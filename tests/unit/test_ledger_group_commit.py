@@ -238,3 +238,49 @@ def test_a_forked_child_takes_its_own_watermark_lock(ledger):
         fcntl.flock(parent_fd, fcntl.LOCK_UN)
     assert os.waitstatus_to_exitcode(status) == 0
     assert ledger._watermark._open() == parent_fd  # the parent keeps its own
+
+
+def test_a_writer_killed_in_its_batch_after_an_unnamed_compaction_is_only_a_torn_tail(ledger):
+    """A compaction killed after putting its new journal in place, before naming it in the
+    watermark, then a writer killed half-way through a batch (far ahead in seq, as the
+    SIGKILL test's tearer writes it): `verify` reports the torn tail, not a gap (it once
+    said ['gap', 'torn']), and the next writer cuts it."""
+    ledger.compact()
+    stale = watermark.Mark(0, 0, 0, 10)  # names no journal: the compaction's old one, say
+    ledger.paths.watermark.write_bytes(watermark.encode(stale))
+    batch = journal.encode(10**9, TS, "x@y", "release", {"id": "a-2"}, (1, 2))
+    unsynced(ledger, batch, batch[:40])
+    assert [p.kind for p in durable(ledger.path).verify().problems] == ["torn"]
+    done = hold(durable(ledger.path), JobRequest(), owner="bob")
+    assert any("interrupted writer" in w for w in done.warnings), done.warnings
+    assert durable(ledger.path).verify().ok
+
+
+def test_the_first_append_to_a_journal_nobody_named_names_it_first(ledger, monkeypatch):
+    """A journal the watermark does not name (a compaction killed before naming it) gets a
+    sync of the folder and of itself and its name in the watermark before anything is
+    appended to it; a writer's late raise for another journal never names it."""
+    ledger.compact()
+    stale = watermark.Mark(0, 0, 0, 10)
+    ledger.paths.watermark.write_bytes(watermark.encode(stale))
+    calls: list[str] = []
+    for name in ("sync_dir", "sync", "append"):
+        real = getattr(fileio, name)
+        monkeypatch.setattr(
+            fileio, name, lambda *a, _n=name, _r=real: (calls.append(_n), _r(*a))[1]
+        )
+    writer = durable(ledger.path)
+    hold(writer, JobRequest(), owner="bob")
+    assert calls[:3] == ["sync_dir", "sync", "sync"]  # folder, journal, watermark
+    assert calls[3] == "append"
+    st_ = os.stat(ledger.path)
+    mark = mark_of(ledger)
+    assert (mark.dev, mark.ino, mark.snapshot_seq) == (st_.st_dev, st_.st_ino, 4)
+    assert mark.end == st_.st_size
+    calls.clear()
+    hold(writer, JobRequest(), owner="bob")  # named now: no more folder syncs
+    assert "sync_dir" not in calls
+    handle = watermark.Watermark(ledger.paths)
+    handle.advance(watermark.Mark(st_.st_dev, st_.st_ino + 1, 4, 10**6))
+    assert mark_of(ledger).ino == st_.st_ino
+    handle.close()

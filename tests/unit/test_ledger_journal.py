@@ -71,6 +71,23 @@ def test_incomplete_last_batch_is_torn_and_not_applied():
     assert result.end == len(_line(1))
 
 
+@pytest.mark.parametrize("after", [b"", b'{"v":1,"seq":'], ids=["batch", "batch-then-cut"])
+def test_a_seq_jump_inside_a_torn_tail_is_no_gap(after):
+    """A writer that died in its batch never committed its seqs, whatever they are: the
+    tail is torn, and the jump it shows is no hole in the history."""
+    good = _line(1) + _line(2)
+    result, seen = _scan(good + _line(10**9, batch=(1, 2)) + after)
+    assert seen == [1, 2]
+    assert result.torn is not None and result.torn.offset == len(good)
+    assert not result.gaps and not result.undeclared_gaps() and not result.bad
+
+
+def test_a_seq_jump_before_a_torn_tail_is_still_a_gap():
+    result, _ = _scan(_line(1) + _line(5) + _line(6, batch=(1, 2)))
+    assert [(g.first, g.last) for g in result.gaps] == [(2, 4)]
+    assert result.torn is not None
+
+
 def test_complete_batch_applies_together():
     result, seen = _scan(_line(1, batch=(1, 2)) + _line(2, batch=(2, 2)) + _line(3))
     assert seen == [1, 2, 3] and not result.bad and result.torn is None
