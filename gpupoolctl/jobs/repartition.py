@@ -19,6 +19,8 @@ is recorded.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -151,9 +153,6 @@ _UNANSWERED: dict[str, float] = {}
 
 
 def _abandoned(record: Mapping[str, Any], now: float) -> bool:
-    import os
-    import threading
-
     who = record.get("by") or {}
     if (
         reservations.made_here(record)
