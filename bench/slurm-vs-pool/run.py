@@ -38,7 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from tests.slurm import slurm_missing_reason, start_cluster  # noqa: E402
+from tests.slurm import SlurmCluster, slurm_missing_reason, start_cluster  # noqa: E402
 
 SIM_INVENTORY = REPO_ROOT / "gpupoolctl" / "data" / "sim.yaml"
 NODE = "node1"
@@ -124,6 +124,21 @@ def run_ramp(
     return doc
 
 
+def slurm_cluster(root: Path, params: str) -> SlurmCluster:
+    """The loopback cluster every Slurm run uses (one node, NODE_GPUS `test` GPUs and as
+    many CPUs), with `params` (slurm.conf lines, "" or TUNED + newline) added; started."""
+    dev = root / "dev" / NODE
+    files = [str(dev / f"gpu{k}") for k in range(NODE_GPUS)]
+    node_lines = (
+        f"{params}SlurmdParameters=config_overrides\n"
+        f"NodeName={NODE} CPUs={NODE_GPUS} Gres=gpu:test:{NODE_GPUS}\n"
+    )
+    gres = f"NodeName={NODE} Name=gpu Type=test File={dev}/gpu[0-{NODE_GPUS - 1}]\n"
+    return start_cluster(
+        root / "cluster", node_lines=node_lines, gres_conf=gres, device_files=files
+    )
+
+
 def slurm_runs(args: argparse.Namespace, base: Path) -> list[dict[str, Any]]:
     reason = slurm_missing_reason()
     if reason:
@@ -132,17 +147,8 @@ def slurm_runs(args: argparse.Namespace, base: Path) -> list[dict[str, Any]]:
     runs = []
     for label, params in variants:
         root = base / label
-        dev = root / "dev" / NODE
-        files = [str(dev / f"gpu{k}") for k in range(NODE_GPUS)]
-        node_lines = (
-            f"{params}SlurmdParameters=config_overrides\n"
-            f"NodeName={NODE} CPUs={NODE_GPUS} Gres=gpu:test:{NODE_GPUS}\n"
-        )
-        gres = f"NodeName={NODE} Name=gpu Type=test File={dev}/gpu[0-{NODE_GPUS - 1}]\n"
         progress(f"{label}: starting a loopback Slurm cluster")
-        with start_cluster(
-            root / "cluster", node_lines=node_lines, gres_conf=gres, device_files=files
-        ) as cluster:
+        with slurm_cluster(root, params) as cluster:
             doc = run_ramp(label, [], ["--backend", "slurm"], cluster.env, root / "run", args)
             doc["slurm_config"] = params.strip() or "defaults of tests/slurm.py"
             sdiag = cluster.run("sdiag")
