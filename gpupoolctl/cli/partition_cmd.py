@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpupoolctl.cli import partition_view as view
-from gpupoolctl.cli import pool
 from gpupoolctl.cli.console import error, notice, warn
 from gpupoolctl.cli.partition_fanout import HostFacts, gather, send_each
 from gpupoolctl.cli.render import Column, emit
@@ -317,6 +316,7 @@ def _confirm(plans: list[HostPlan], yes: bool) -> None:
 
 def _execute(
     settings: Settings,
+    inventory: Inventory,
     hosts: list[HostFacts],
     plans: list[HostPlan],
     *,
@@ -335,7 +335,7 @@ def _execute(
     from gpupoolctl.partition.outcome import merge_outcomes
 
     _errors_exit(plans, settings.verbosity > 0, label_errors or [])
-    work = _card_work(settings)
+    work = _card_work(settings, inventory)
     withheld = [] if force or work.ledger is None else _keep_held_gpus(work, plans)
     for message in withheld:
         warn(message)
@@ -386,16 +386,17 @@ def _execute(
         raise typer.Exit(int(ExitCode.HOSTS_FAILED))
 
 
-def _card_work(settings: Settings) -> CardWork:
+def _card_work(settings: Settings, inventory: Inventory) -> CardWork:
     """The executor's ledger (None where none is kept: partitioning does not start one)
     and nodes (every host of the inventory: a reservation left by an interrupted run may be
     on a host outside -l). Reservations left by runs that ended are closed first."""
     from gpupoolctl.cli.handles import open_ledger
     from gpupoolctl.jobs import Nodes
     from gpupoolctl.jobs.repartition import CardWork, recover
+    from gpupoolctl.remote.target import target_from_vars
 
     ledger = open_ledger(settings)
-    everyone = pool.job_hosts(settings).everyone
+    everyone = [target_from_vars(h.name, h.vars) for h in inventory.select(None)]
     nodes = Nodes(everyone, lambda requests: send_each(settings, requests))
     work = CardWork(ledger if ledger.path.exists() else None, nodes)
     recover(work)
@@ -442,6 +443,7 @@ def apply(
     plans = _plans(spec, label, hosts)
     _execute(
         settings,
+        inventory,
         hosts,
         plans,
         yes=yes,
@@ -468,10 +470,11 @@ def reset(
     settings: Settings = ctx.obj
     _require_consent(yes)
     hooks = _load_hooks_first(hooks_file)
-    _, hosts = gather(settings)
+    inventory, hosts = gather(settings)
     plans = [reset_plan(h.name, h.facts) for h in hosts if h.ok]
     _execute(
         settings,
+        inventory,
         hosts,
         plans,
         yes=yes,
