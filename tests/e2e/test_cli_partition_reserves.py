@@ -107,6 +107,7 @@ def test_a_held_card_is_refused_and_the_rest_apply(jobs_cli) -> None:
     run = cli("-l", HOST, "partition", "apply", "-f", LAYOUTS, "-c", "inference", "--yes")
     assert run.code == 3, run.stdout + run.stderr
     assert f"its slices are held by {alloc_id} (alice)" in run.stderr
+    assert run.stderr.count("using the bundled simulated pool") == 1  # read once
     profiles = mig_profiles(cli)
     assert sorted(map(len, profiles)) == [0] + [7] * 7  # the held card alone stays whole
     assert cli("-q", "ledger", "verify").code == 0
