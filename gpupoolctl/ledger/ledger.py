@@ -685,11 +685,15 @@ class Ledger:
         """Record the slices of every host whose facts came back (HostResult-like: .name,
         .ok, .data), with the processes the nodes show on them; hosts that failed keep the
         slices recorded before."""
-        from gpupoolctl.ledger.slices import pids_from_facts, slices_from_facts
+        from gpupoolctl.ledger.slices import slices_and_pids
 
         good = [r for r in results if r.ok]
-        slices = [s for r in good for s in slices_from_facts(r.name, r.data)]
-        pids = {k: v for r in good for k, v in pids_from_facts(r.name, r.data).items()}
+        slices: list[dict[str, Any]] = []
+        pids: dict[str, list[int]] = {}
+        for result in good:  # each host's facts read once for both
+            host_slices, host_pids = slices_and_pids(result.name, result.data)
+            slices.extend(host_slices)
+            pids.update(host_pids)
         return self.refresh_slices([r.name for r in good], slices, pids)
 
     def alloc(

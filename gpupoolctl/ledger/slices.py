@@ -36,7 +36,15 @@ def pids_from_facts(host: str, facts: dict[str, Any]) -> dict[str, list[int]]:
     instance's own processes (one the driver did not attribute to an instance counts on
     every instance of its card), a whole card's or an AMD partition's all of them; none for
     an SR-IOV function (its processes run in a guest the node does not see)."""
-    return {entry["id"]: pids for entry, pids in _host_slices(host, facts) if pids}
+    return slices_and_pids(host, facts)[1]
+
+
+def slices_and_pids(
+    host: str, facts: dict[str, Any]
+) -> tuple[list[dict[str, Any]], dict[str, list[int]]]:
+    """slices_from_facts and pids_from_facts of one host, from one reading of its facts."""
+    pairs = _host_slices(host, facts)
+    return [entry for entry, _ in pairs], {entry["id"]: pids for entry, pids in pairs if pids}
 
 
 def _host_slices(host: str, facts: dict[str, Any]) -> list[tuple[dict[str, Any], list[int]]]:
