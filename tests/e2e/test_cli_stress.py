@@ -273,8 +273,10 @@ def test_queue_wait_is_the_wait_for_a_slice_and_launch_is_reported_apart(stress_
     queue, launch = level["queue_wait"], level["launch"]
     assert launch["count"] == queue["count"] == level["submitted"]
     # One submitter on an idle node never waits for a slice: what it waits for is its
-    # launch (an agent call), and that is reported as launch, not as queue wait.
-    assert queue["p95"] < launch["p50"], (queue, launch)
+    # launch (an agent call), and that is reported as launch, not as queue wait. Medians,
+    # because with a handful of jobs p95 is the slowest one, and on a loaded CI machine one
+    # descheduled submit can take as long as a launch.
+    assert queue["p50"] < launch["p50"] / 2, (queue, launch)
     # The queue phase and the queue-wait percentiles are one and the same wait.
     assert level["phases"]["queue"] == pytest.approx(queue["mean"], abs=1e-3)
     assert level["phases"]["launch"] == pytest.approx(launch["mean"], abs=1e-3)
