@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.ledger import Ledger, LedgerError
 from gpupoolctl.sched import JobRequest
-from gpupoolctl.sched.alloc import alloc as hold
 
 from .test_ledger_ops import Clock, make_slices
 
