@@ -38,6 +38,12 @@ class UsageError(GpupoolError):
     exit_code = ExitCode.USAGE
 
 
+class NothingFits(GpupoolError):
+    """No free slice (or not enough of them) matches the request (exit 5)."""
+
+    exit_code = ExitCode.NO_CAPACITY
+
+
 class SourceError(GpupoolError):
     """A file the user gave is malformed: names the file and line, and what was expected."""
 

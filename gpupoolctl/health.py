@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupoolctl.hw import health as rules
+from gpupoolctl.hw.slice import gpu_id
 
 SOURCE = "health"
 REASON_PREFIX = "health: "
 
 
 def card(host: str, index: int) -> str:
-    """The ledger's name for a card (gpupoolctl.ledger.state.card_key)."""
-    return f"{host}/gpu{index}"
+    """The ledger's name for a card (its key, hw.slice.card_key)."""
+    return gpu_id(host, index)
 
 
 def gpu_rows(results: Sequence[Any], now: float | None = None) -> list[dict[str, Any]]:

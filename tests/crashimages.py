@@ -804,9 +804,9 @@ def recorded_run(folder: Path, mix: Mix, seed: int) -> Run:
     """Record `mix` on a new ledger in `folder`/run."""
     from datetime import timedelta
 
+    from gpupoolctl.jobs.alloc import alloc as hold
     from gpupoolctl.ledger import NothingFits
     from gpupoolctl.sched import JobRequest
-    from gpupoolctl.sched.alloc import alloc as hold
 
     root = folder / "run"
     root.mkdir(parents=True)

@@ -20,7 +20,7 @@ WORKER = r"""
 import random, sys
 from gpupoolctl.ledger import Ledger, NothingFits
 from gpupoolctl.sched import JobRequest
-from gpupoolctl.sched.alloc import alloc as hold
+from gpupoolctl.jobs.alloc import alloc as hold
 path, owner, seed, steps, durable, autocompact = sys.argv[1:7]
 rng = random.Random(int(seed))
 led = Ledger(path, durable=durable == "1", actor=f"{owner}@test", autocompact=int(autocompact))

@@ -42,10 +42,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from gpupoolctl.jobs.alloc import alloc as hold  # noqa: E402
 from gpupoolctl.ledger import Ledger, journal  # noqa: E402
 from gpupoolctl.ledger.units import format_ts, utc_now  # noqa: E402
 from gpupoolctl.sched import JobRequest  # noqa: E402
-from gpupoolctl.sched.alloc import alloc as hold  # noqa: E402
 
 POOL = 64
 SHOW_TARGET_S = 0.3

@@ -30,9 +30,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from gpupoolctl.jobs.alloc import alloc as hold  # noqa: E402
 from gpupoolctl.ledger import Ledger  # noqa: E402
 from gpupoolctl.sched import JobRequest  # noqa: E402
-from gpupoolctl.sched.alloc import alloc as hold  # noqa: E402
 from tests.ledgerwriters import (  # noqa: E402
     TEARER,
     WORKER,

@@ -364,13 +364,13 @@ def alloc(
     """
     from dataclasses import replace
 
+    from gpupoolctl.jobs.alloc import alloc as hold
     from gpupoolctl.jobs.teams import resolve_team, share_inputs
     from gpupoolctl.ledger import current_user
     from gpupoolctl.ledger.units import parse_duration, parse_memory_mib
     from gpupoolctl.policy import resolve_policy
     from gpupoolctl.policy.actor import is_pool_admin
     from gpupoolctl.sched import JobRequest
-    from gpupoolctl.sched.alloc import alloc as hold
 
     settings: Settings = ctx.obj
     count = gpus

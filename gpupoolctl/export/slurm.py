@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpupoolctl.errors import UsageError
+from gpupoolctl.hw.slice import card_key
 
 GRES_NAME = "gpu"
 MAX_TYPE = 63
@@ -333,7 +334,7 @@ def slurm_config(
                 f"host {host!r} cannot be a Slurm NodeName (letters, digits, . _ - only)"
             )
         by_host.setdefault(host, [])
-        if entry.get("gpu") is not None and f"{host}/gpu{entry['gpu']}" in drains:
+        if card_key(entry) in drains:
             continue  # a drained card: Slurm must not place there either
         by_host[host].append((SliceKind.of(entry), str(entry.get("id") or "")))
     names = type_names(kind for entries in by_host.values() for kind, _ in entries)

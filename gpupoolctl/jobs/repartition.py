@@ -26,10 +26,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpupoolctl.hw.slice import card_key, gpu_id, hive_key
 from gpupoolctl.jobs import hooks
 from gpupoolctl.jobs.nodes import Call, Nodes
 from gpupoolctl.ledger import Transaction, reservations
-from gpupoolctl.ledger.state import card_key, hive_key
 
 if TYPE_CHECKING:
     from gpupoolctl.ledger import Ledger
@@ -411,7 +411,7 @@ def _cards_changed(plan: HostPlan, facts: Mapping[str, Any]) -> dict[str, list[A
     cards: dict[str, list[Any]] = {}
     for diff in plan.gpus:
         if diff.ops:
-            key = keys.get(diff.index) or f"{plan.host}/gpu{diff.index}"
+            key = keys.get(diff.index) or gpu_id(plan.host, diff.index)
             cards.setdefault(key, []).append(diff)
     return cards
 

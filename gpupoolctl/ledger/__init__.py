@@ -5,7 +5,7 @@
     ledger = Ledger.from_env(path)             # no fsync when GPUPOOL_LEDGER_NO_FSYNC=1
     done = ledger.alloc(choose, owner="alice", ttl=timedelta(hours=8))
                                                # choose(state, now) -> slice ids: placement
-                                               # is sched's (gpupoolctl.sched.alloc.alloc)
+                                               # is sched's (sched.alloc.choose; jobs.alloc)
     done.value.id, done.warnings               # "a-17", [] (warnings are for stderr)
     ledger.release("a-17")
     view = ledger.read()                       # view.state: slices, allocations, jobs, queue

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from gpupoolctl.errors import ExitCode, GpupoolError, SourceError
+from gpupoolctl.errors import GpupoolError, SourceError
+
+# Raised by sched's choice inside a ledger transaction; named here as it always was.
+from gpupoolctl.errors import NothingFits as NothingFits
 
 
 class LedgerError(GpupoolError):
@@ -45,9 +48,3 @@ class LedgerBusy(LedgerError):
 class LedgerDamaged(SourceError):
     """The journal or snapshot is damaged somewhere other than a torn last line: writers
     refuse until `gpupoolctl ledger repair`. Names the file and line."""
-
-
-class NothingFits(GpupoolError):
-    """No free slice (or not enough of them) matches the request."""
-
-    exit_code = ExitCode.NO_CAPACITY

@@ -705,7 +705,7 @@ class Ledger:
         request: Mapping[str, Any] | None = None,
     ) -> Done:
         """Hold the slices `choose(state, now)` names: one record. Placement is sched's
-        (gpupoolctl.sched.alloc); it runs here, under the lock, so that two allocs at once
+        (gpupoolctl.sched.alloc.choose); it runs here, under the lock, so that two allocs at once
         never pick the same slice, and whatever it raises (NothingFits, exit 5) aborts the
         write. `request` is kept in the record as given."""
 
@@ -730,7 +730,7 @@ class Ledger:
 
     @staticmethod
     def _free_slices(tx: Transaction, ids: Sequence[str]) -> list[dict[str, Any]]:
-        # The ledger's own invariant, whoever chose: a slice is held by one allocation at most.
+        # The ledger's own invariant, whoever chose: no slice is held beyond its capacity.
         if not ids:
             raise LedgerError("alloc: no slice chosen")
         if len(set(ids)) != len(ids):
@@ -740,9 +740,10 @@ class Ledger:
             entry = tx.state.slices.get(slice_id)
             if entry is None:
                 raise LedgerError(f"alloc: unknown slice {slice_id!r}")
-            holder = tx.state.holder(slice_id, tx.now)
-            if holder is not None:
-                raise LedgerError(f"alloc: {slice_id} is held by {holder.id} ({holder.owner})")
+            if not tx.state.has_room(slice_id, tx.now):
+                held = tx.state.holders_of(slice_id, tx.now)
+                named = ", ".join(f"{a} ({tx.state.allocations[a].owner})" for a in held)
+                raise LedgerError(f"alloc: {slice_id} is held by {named}")
             if tx.state.slice_state(slice_id, tx.now) == "re-cutting":
                 raise LedgerError(f"alloc: {slice_id} is on a card being re-cut")
             if tx.state.drained(entry) is not None:

@@ -1,9 +1,6 @@
-"""Slices from node facts: what can be handed to one holder.
-
-- a whole GPU (MIG off or not capable, AMD SPX, no SR-IOV VFs):  host/gpu3
-- a MIG GPU instance (the unit of memory isolation):             host/gpu6/mig-1g.10gb@0
-- an AMD compute partition (each is a logical GPU in facts):      host/gpu12/cpx-nps4
-- an SR-IOV virtual function:                                     host/gpu0/vf2
+"""Slices from node facts: what can be handed to a holder (gpupoolctl.hw.slice: the type,
+its ids and its capacity). A whole GPU, a MIG GPU instance (the unit of memory isolation), an
+AMD compute partition (each is a logical GPU in facts), an SR-IOV virtual function.
 
 Every slice also names its `island` (`host/island0`): the GPUs joined by NVLink or xGMI,
 from the node's link matrix, so placement can keep a chatty multi-GPU job inside one; and,
@@ -21,13 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from gpupoolctl.hw.slice import Slice, card_key, island_id, mig_id, partition_id, vf_id
 from gpupoolctl.hw.topology import islands
-from gpupoolctl.ledger.state import State, card_key
-
-KINDS = ("gpu", "mig", "partition", "vf")
+from gpupoolctl.ledger.state import State
 
 
-def slices_from_facts(host: str, facts: dict[str, Any]) -> list[dict[str, Any]]:
+def slices_from_facts(host: str, facts: dict[str, Any]) -> list[Slice]:
     return [entry for entry, _ in _host_slices(host, facts)]
 
 
@@ -39,23 +35,21 @@ def pids_from_facts(host: str, facts: dict[str, Any]) -> dict[str, list[int]]:
     return slices_and_pids(host, facts)[1]
 
 
-def slices_and_pids(
-    host: str, facts: dict[str, Any]
-) -> tuple[list[dict[str, Any]], dict[str, list[int]]]:
+def slices_and_pids(host: str, facts: dict[str, Any]) -> tuple[list[Slice], dict[str, list[int]]]:
     """slices_from_facts and pids_from_facts of one host, from one reading of its facts."""
     pairs = _host_slices(host, facts)
     return [entry for entry, _ in pairs], {entry["id"]: pids for entry, pids in pairs if pids}
 
 
-def _host_slices(host: str, facts: dict[str, Any]) -> list[tuple[dict[str, Any], list[int]]]:
+def _host_slices(host: str, facts: dict[str, Any]) -> list[tuple[Slice, list[int]]]:
     gpus = facts.get("gpus", [])
     # The link matrix rows follow the facts' GPU order; a slice inherits its GPU's island.
     matrix = (facts.get("topology") or {}).get("matrix") or []
     numbers = islands(matrix) if len(matrix) == len(gpus) else list(range(len(gpus)))
     site = facts.get("site")
-    found: list[tuple[dict[str, Any], list[int]]] = []
+    found: list[tuple[Slice, list[int]]] = []
     for gpu, number in zip(gpus, numbers, strict=True):
-        found.extend(_gpu_slices(host, gpu, f"{host}/island{number}", site))
+        found.extend(_gpu_slices(host, gpu, island_id(host, number), site))
     return found
 
 
@@ -73,8 +67,8 @@ def _pids(processes: list[dict[str, Any]], gi_id: Any = None) -> list[int]:
 
 def _gpu_slices(
     host: str, gpu: dict[str, Any], island: str, site: Any = None
-) -> list[tuple[dict[str, Any], list[int]]]:
-    base = f"{host}/gpu{gpu['index']}"
+) -> list[tuple[Slice, list[int]]]:
+    index = gpu["index"]
     common = {
         "island": island,
         # Only when known: slices of hosts without a site stay as they were recorded.
@@ -97,7 +91,7 @@ def _gpu_slices(
         for gi in sorted(mig.get("instances", []), key=lambda g: g["placement_start"]):
             devices = [ci["uuid"] for ci in gi.get("compute_instances", []) if ci.get("uuid")]
             entry = {
-                "id": f"{base}/mig-{gi['profile']}@{gi['placement_start']}",
+                "id": mig_id(host, index, gi["profile"], gi["placement_start"]),
                 "kind": "mig",
                 "profile": gi["profile"],
                 "memory_mib": gi.get("memory_mib") or 0,
@@ -115,7 +109,7 @@ def _gpu_slices(
         return [
             (
                 {
-                    "id": f"{base}/vf{k}",
+                    "id": vf_id(host, index, k),
                     "kind": "vf",
                     "profile": f"vf/{vfs}",
                     "memory_mib": total // vfs,
@@ -131,12 +125,8 @@ def _gpu_slices(
     partition = gpu.get("partition") or {}
     compute = partition.get("compute")
     split = compute not in (None, "SPX")
-    # A partition's id names its modes: partition 0 of a card cut to CPX is the card's
-    # logical GPU 0, as the whole card was, and a hold on the whole card must not quietly
-    # become a hold on an eighth of it.
-    mode = f"/{str(compute).lower()}-{str(partition.get('memory')).lower()}" if split else ""
     entry = {
-        "id": base + mode,
+        "id": partition_id(host, index, compute, partition.get("memory")),
         "kind": "partition" if split else "gpu",
         "profile": f"{compute}/{partition.get('memory')}" if split else None,
         "memory_mib": total,

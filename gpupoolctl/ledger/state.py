@@ -8,9 +8,11 @@ Times are the journal's fixed-width UTC strings, so comparing them as text is co
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+# card_key and hive_key are imported from here by much of the house: the keys are hw.slice's.
+from gpupoolctl.hw.slice import Slice, card_key, hive_key, within_capacity
 
 OPS = (
     "slices",
@@ -65,7 +67,7 @@ class Allocation:
 @dataclass
 class State:
     seq: int = 0
-    slices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    slices: dict[str, Slice] = field(default_factory=dict)
     allocations: dict[str, Allocation] = field(default_factory=dict)
     holders: dict[str, str] = field(default_factory=dict)  # slice id -> allocation id
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -167,9 +169,9 @@ class State:
         for slice_id in slices:
             if slice_id not in self.slices:
                 self._problem(seq, f"{alloc_id} takes unknown slice {slice_id}")
-            holder = self.holders.get(slice_id)
-            if holder is not None:
-                self._problem(seq, f"{alloc_id} takes {slice_id}, already held by {holder}")
+            if not self.has_room(slice_id):
+                held = ", ".join(self.holders_of(slice_id))
+                self._problem(seq, f"{alloc_id} takes {slice_id}, already held by {held}")
             else:
                 self.holders[slice_id] = alloc_id
         self.allocations[alloc_id] = Allocation(
@@ -441,6 +443,21 @@ class State:
         alloc = self.allocations.get(alloc_id) if alloc_id else None
         return alloc if alloc is not None and not alloc.expired(now) else None
 
+    def holders_of(self, slice_id: str, now: str | None = None) -> list[str]:
+        """The allocations holding the slice (at `now`, an expired one does not; without,
+        as recorded)."""
+        if now is not None:
+            alloc = self.holder(slice_id, now)
+            return [alloc.id] if alloc is not None else []
+        alloc_id = self.holders.get(slice_id)
+        return [alloc_id] if alloc_id is not None else []
+
+    def has_room(self, slice_id: str, now: str | None = None) -> bool:
+        """Whether one more allocation may take the slice, by its capacity (hw.slice): the
+        ledger's own invariant, whoever chose the slice, in replay and in `alloc` alike."""
+        held = len(self.holders_of(slice_id, now))
+        return within_capacity(self.slices.get(slice_id), held + 1)
+
     def slice_state(self, slice_id: str, now: str) -> str:
         """The slice's state at `now` in the ledger's own terms: held while an allocation
         holds it (an expired one does not), re-cutting while its card is reserved for an
@@ -501,9 +518,9 @@ class State:
         return None
 
     def job_conflicts(self) -> list[tuple[str, str, str]]:
-        """(kind, where, message) for every live job that no longer holds what it runs on:
-        its allocation was closed while it ran, or one of its slices is held by another
-        allocation (two live holders of one slice)."""
+        """(kind, where, message) for every live job whose allocation was closed while it
+        ran (a slice it runs on held by another as well is `ledger verify`'s capacity
+        check)."""
         found: list[tuple[str, str, str]] = []
         for job in self.jobs.values():
             alloc_id = job.get("alloc")
@@ -519,25 +536,7 @@ class State:
                         f"ended ({how}) while it runs",
                     )
                 )
-            for node in job.get("nodes") or []:
-                for slice_id in node.get("slices") or []:
-                    other = self.holders.get(slice_id)
-                    if other is not None and other != alloc_id:
-                        found.append(
-                            (
-                                "double-hold",
-                                str(slice_id),
-                                f"used by {job['id']} ({alloc_id}) and held by {other} at once",
-                            )
-                        )
         return found
-
-    def double_holds(self) -> dict[str, list[str]]:
-        owners: dict[str, list[str]] = {}
-        for alloc in self.allocations.values():
-            for slice_id in alloc.slices:
-                owners.setdefault(slice_id, []).append(alloc.id)
-        return {k: v for k, v in owners.items() if len(v) > 1}
 
     def recent_finished(self, since: str, limit: int) -> list[dict[str, Any]]:
         """Finished jobs last updated at or after `since`, at most `limit` of the newest:
@@ -648,21 +647,6 @@ def decayed(value: float, since: str, now: str) -> float:
 def fence_key(host: str, node_id: str) -> str:
     """A run's key among the fences: its host and its folder there (one per run)."""
     return f"{host}:{node_id}"
-
-
-def card_key(entry: Mapping[str, Any] | None) -> str | None:
-    """The card a slice is on ("host/gpuN", as placement keys GPUs), or None."""
-    if not entry or entry.get("gpu") is None:
-        return None
-    return f"{entry['host']}/gpu{entry['gpu']}"
-
-
-def hive_key(entry: dict[str, Any] | None) -> str | None:
-    """The AMD hive an AMD slice is in ("host/amd-islandN", as elastic re-cuts name it)."""
-    if not entry or str(entry.get("vendor") or "").lower() != "amd":
-        return None
-    island = str(entry.get("island") or f"{entry['host']}/island0").rsplit("/", 1)[-1]
-    return f"{entry['host']}/amd-{island}"
 
 
 def _cards_of(entries: Any) -> dict[str, set[tuple[str, Any]]]:

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from gpupoolctl.errors import UsageError
+
+# Imported from here by much of the house; they live below the ledger and the scheduler.
+from gpupoolctl.timestamps import NOW_ENV, format_ts, parse_ts, utc_now
+
+__all__ = [
+    "NOW_ENV",
+    "format_ts",
+    "parse_duration",
+    "parse_memory_mib",
+    "parse_since",
+    "parse_ts",
+    "utc_now",
+]
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.IGNORECASE)
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -64,41 +76,6 @@ def parse_memory_mib(text: str) -> int:
     if mib <= 0:
         raise UsageError(f"bad memory size {text!r}: must be more than zero")
     return mib
-
-
-NOW_ENV = "GPUPOOL_NOW"
-
-
-def utc_now() -> datetime:
-    """The current time. GPUPOOL_NOW (an ISO-8601 time) fixes it, for the ledger's records
-    and the scheduling pass's decisions: tests and benchmarks cross a time window's boundary
-    by setting it, never by waiting."""
-    fixed = os.environ.get(NOW_ENV)
-    if fixed:
-        try:
-            return parse_ts(fixed)
-        except UsageError:
-            raise UsageError(
-                f"{NOW_ENV}={fixed[:40]!r} is not a time; use ISO-8601, e.g. 2026-12-07T08:00:00Z"
-            ) from None
-    return datetime.now(UTC)
-
-
-def format_ts(moment: datetime) -> str:
-    """Fixed-width UTC ISO-8601 with milliseconds and 'Z': sorts and compares as text."""
-    moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-
-
-def parse_ts(text: str) -> datetime:
-    """An ISO-8601 time; a time without zone is taken as UTC."""
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("z", "Z"))
-    except ValueError:
-        raise UsageError(f"bad time {text!r}: use ISO-8601, e.g. 2025-06-01T12:00:00Z") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC)
 
 
 def parse_since(text: str | None) -> tuple[int | None, str | None]:

@@ -6,10 +6,12 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpupoolctl.hw.slice import within_capacity
 from gpupoolctl.ledger import replay
 from gpupoolctl.ledger.history import read_archive
 from gpupoolctl.ledger.paths import LedgerPaths
 from gpupoolctl.ledger.snapshot import archive_path
+from gpupoolctl.ledger.state import JOB_HOLDING, State
 
 
 @dataclass
@@ -87,8 +89,7 @@ def check(paths: LedgerPaths, loaded: replay.Loaded, torn_size: int, *, deep: bo
         )
     for problem in state.problems:
         add(Problem("history", f"seq {problem['seq']}", problem["message"]))
-    for slice_id, holders in sorted(state.double_holds().items()):
-        add(Problem("double-hold", slice_id, f"held by {', '.join(holders)} at once"))
+    report.problems.extend(_over_capacity(state))
     for kind, place, message in state.job_conflicts():
         add(Problem(kind, place, message))
     for alloc, slice_id in state.orphans():
@@ -105,6 +106,33 @@ def check(paths: LedgerPaths, loaded: replay.Loaded, torn_size: int, *, deep: bo
     if deep and loaded.snap is not None:
         _check_archives(paths, loaded, report)
     return report
+
+
+def _over_capacity(state: State) -> list[Problem]:
+    """Slices held by more than their capacity allows (hw.slice), by slice id: counted are
+    the allocations that name the slice, and a live job's own allocation where the job runs
+    on it (a job whose allocation was closed, or never named the slice, still uses it)."""
+    holders: dict[str, list[str]] = {}
+    for alloc in state.allocations.values():
+        for slice_id in alloc.slices:
+            holders.setdefault(slice_id, []).append(alloc.id)
+    users: dict[str, str] = {}  # allocation id -> the job that runs on it
+    for job in state.jobs.values():
+        alloc_id = job.get("alloc")
+        if job.get("state") not in JOB_HOLDING or not alloc_id:
+            continue
+        users[str(alloc_id)] = str(job["id"])
+        for node in job.get("nodes") or []:
+            for slice_id in node.get("slices") or []:
+                held = holders.setdefault(str(slice_id), [])
+                if str(alloc_id) not in held:
+                    held.append(str(alloc_id))
+    found = []
+    for slice_id, ids in sorted(holders.items()):
+        if not within_capacity(state.slices.get(slice_id), len(ids)):
+            named = ", ".join(f"{users[a]} ({a})" if a in users else a for a in ids)
+            found.append(Problem("double-hold", slice_id, f"held by {named} at once"))
+    return found
 
 
 def _unsure_reservations(state: Any) -> list[tuple[dict[str, Any], str]]:

@@ -3,12 +3,9 @@
 `alloc` and `submit` ask in one request type (JobRequest; alloc's count is `gpus`) and are
 placed by one implementation, place(); alloc keeps its documented rule, least memory then
 natural id (ALLOC_POLICY), and its own messages. The decision is made here; the ledger only
-records the slices chosen, inside its transaction (see Ledger.alloc). A request with a team
-is admitted against that team's quota as submit's work is (sched.shares.place_for_team):
-its hold counts in `quota` and `usage` from then on.
-
-    from gpupoolctl.sched.alloc import alloc
-    done = alloc(ledger, JobRequest(profile="1g.10gb"), owner="alice", ttl=timedelta(hours=8))
+records the slices chosen, inside its transaction (Ledger.alloc, called with `choose` by
+jobs.alloc). A request with a team is admitted against that team's quota as submit's work is
+(sched.shares.place_for_team): its hold counts in `quota` and `usage` from then on.
 """
 
 from __future__ import annotations
@@ -16,10 +13,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from gpupoolctl.ledger.errors import NothingFits
+from gpupoolctl.errors import NothingFits
 
 # sched's public names, not its modules: those are being reworked behind them.
 from gpupoolctl.sched import ALLOC_POLICY, JobRequest, NoFit, Placement, PoolView, place
@@ -29,13 +25,12 @@ from gpupoolctl.sched.request import host_matches
 from gpupoolctl.sched.shares import QuotaWait, Usage, place_for_team
 
 if TYPE_CHECKING:
-    from gpupoolctl.ledger.ledger import Done, Ledger
-    from gpupoolctl.ledger.state import State
+    from gpupoolctl.sched.recorded import RecordedState
     from gpupoolctl.sched.shares import ShareInputs
 
     # The teams' quotas and usage as of the ledger's state and time (jobs.teams.share_inputs
     # with the policy in force); None where the policy has no teams.
-    Shares = Callable[[State, str], ShareInputs | None]
+    Shares = Callable[[RecordedState, str], ShareInputs | None]
 
 # The fields alloc takes, in the order its journal records and messages have always had them.
 _FIELDS = ("profile", "memory_mib", "gpus", "host", "vendor", "team")
@@ -63,7 +58,7 @@ def fit_key(entry: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def pick(
-    state: State, request: JobRequest, now: str, shares: Shares | None = None
+    state: RecordedState, request: JobRequest, now: str, shares: Shares | None = None
 ) -> list[dict[str, Any]]:
     """The free slices alloc takes for `request` as of `now`; NothingFits (exit 5) when there
     are not enough, or when its team's quota (`shares`) does not allow them; UsageError
@@ -99,28 +94,17 @@ def _place(request: JobRequest, pool: PoolView, inputs: ShareInputs | None) -> P
     return place_for_team(request.team, request, pool, usage, place_any)
 
 
-def choose(request: JobRequest, shares: Shares | None = None) -> Callable[[State, str], list[str]]:
+def choose(
+    request: JobRequest, shares: Shares | None = None
+) -> Callable[[RecordedState, str], list[str]]:
     """The ids alloc takes, as a function of the ledger's state and time: Ledger.alloc runs
     it under its lock, so two allocs at once never pick the same slice (nor, together, more
     than a team's quota)."""
 
-    def chosen(state: State, now: str) -> list[str]:
+    def chosen(state: RecordedState, now: str) -> list[str]:
         return [entry["id"] for entry in pick(state, request, now, shares)]
 
     return chosen
-
-
-def alloc(
-    ledger: Ledger,
-    request: JobRequest,
-    *,
-    owner: str,
-    ttl: timedelta | None = None,
-    shares: Shares | None = None,
-) -> Done:
-    """Hold the slices alloc's rule picks for `request`, in one ledger transaction; with a
-    team and `shares`, within that team's quota."""
-    return ledger.alloc(choose(request, shares), owner=owner, ttl=ttl, request=record(request))
 
 
 def _why(pool: PoolView, request: JobRequest, found: int, quota: str | None) -> str:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupoolctl.hw import amd_modes, catalog
-from gpupoolctl.ledger.state import card_key, hive_key  # the keys reservations name
+from gpupoolctl.hw.slice import Slice, card_key, gpu_id, hive_key, mig_id, partition_id
 from gpupoolctl.sched.ids import natural
 
 # A layout: the MIG placements, ((profile, start), ...); () = the card whole (MIG off).
@@ -101,7 +101,7 @@ def gpu_keys(card: AnyCard) -> list[str]:
     """The GPU keys ("host/gpuN", as placement and the ledger name GPUs) of a card, or of
     every logical GPU of an AMD hive."""
     if isinstance(card, AmdHive):
-        return [f"{card.host}/gpu{i}" for i in card.indexes]
+        return [gpu_id(card.host, i) for i in card.indexes]
     return [card.key]
 
 
@@ -252,17 +252,16 @@ def _start(entry: Mapping[str, Any]) -> int:
     return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else -1
 
 
-def predicted_slices(card: AnyCard, layout: AnyLayout) -> list[dict[str, Any]]:
+def predicted_slices(card: AnyCard, layout: AnyLayout) -> list[Slice]:
     """The slices the card will have after `layout` is applied, as the ledger records them
     (uuids are unknown until the node reports them: placeholders that name the card)."""
     if isinstance(card, AmdHive):
         return _hive_slices(card, layout)  # type: ignore[arg-type]
-    base = f"{card.host}/gpu{card.index}"
     if layout == WHOLE:
         common = {k: v for k, v in card.common.items() if k != "gpu_memory_mib"}
         return [
             {
-                "id": base,
+                "id": gpu_id(card.host, card.index),
                 "kind": "gpu",
                 "profile": None,
                 "memory_mib": card.memory_mib,
@@ -277,7 +276,7 @@ def predicted_slices(card: AnyCard, layout: AnyLayout) -> list[dict[str, Any]]:
         assert gi is not None, profile
         out.append(
             {
-                "id": f"{base}/mig-{profile}@{start}",
+                "id": mig_id(card.host, card.index, profile, start),
                 "kind": "mig",
                 "profile": profile,
                 "memory_mib": gi.memory_mib,
@@ -289,21 +288,20 @@ def predicted_slices(card: AnyCard, layout: AnyLayout) -> list[dict[str, Any]]:
     return out
 
 
-def _hive_slices(hive: AmdHive, layout: AmdLayout) -> list[dict[str, Any]]:
+def _hive_slices(hive: AmdHive, layout: AmdLayout) -> list[Slice]:
     """Logical GPUs are numbered across the node in card order, each card's partitions in
     turn (what the driver and gpupoolctl.ledger.slices do); memory splits evenly."""
     compute, memory = layout
     per_card = hive.per_card(layout)
     split = per_card > 1
-    suffix = f"/{compute.lower()}-{memory.lower()}" if split else ""
-    out = []
+    out: list[Slice] = []
     first = hive.indexes[0] if hive.indexes else 0
     for k in range(hive.cards * per_card):
         index = first + k
-        uuid = f"{hive.key}/gpu{index}"
+        uuid = gpu_id(hive.key, index)  # a placeholder, named under the hive, until read
         out.append(
             {
-                "id": f"{hive.host}/gpu{index}{suffix}",
+                "id": partition_id(hive.host, index, compute if split else None, memory),
                 "kind": "partition" if split else "gpu",
                 "profile": f"{compute}/{memory}" if split else None,
                 "memory_mib": hive.memory_mib // per_card,

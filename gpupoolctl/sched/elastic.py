@@ -301,7 +301,7 @@ def _most(card: AnyCard, cut: str | None, request: JobRequest) -> int:
 def _idle(pool: PoolView, card: AnyCard) -> bool:
     """No slice of the card held or taken (the view counts both per GPU key)."""
     if isinstance(card, AmdHive):
-        return not any(pool.gpu_used(f"{card.host}/gpu{i}") for i in card.indexes)
+        return not any(pool.gpu_used(key) for key in gpu_keys(card))
     return not pool.gpu_used(card.key)
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from gpupoolctl.sched.request import JobRequest
+from gpupoolctl.timestamps import parse_ts
 
 
 @dataclass(frozen=True)
@@ -22,11 +24,9 @@ class QueueEntry:
     not_before: datetime | None = None  # a restart's back-off: not placed before this
 
     @classmethod
-    def from_record(cls, record: dict[str, Any], policy: str | None = None) -> QueueEntry:
+    def from_record(cls, record: Mapping[str, Any], policy: str | None = None) -> QueueEntry:
         """From a ledger State.queue value ({id, owner, priority, request, job, seq, ts,
         not_before})."""
-        from gpupoolctl.ledger.units import parse_ts
-
         not_before = record.get("not_before")
         return cls(
             not_before=parse_ts(str(not_before)) if not_before else None,

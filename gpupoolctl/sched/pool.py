@@ -1,8 +1,9 @@
 """PoolView: the slices of the pool, which are free, who holds the rest; indexed for placement.
 
-Built from the ledger's State (or from plain slice dicts, for simulations and benches). The
-view never writes to the ledger. `hold` / `unhold` change the view itself only; virtual-time
-simulations and `place` (tentatively, undone before it returns) use them.
+Built from the ledger's state (as sched.recorded reads it), or from plain slice dicts, for
+simulations and benches. The view never writes to the ledger. `hold` / `unhold` change the
+view itself only; virtual-time simulations and `place` (tentatively, undone before it
+returns) use them.
 
 Index: slices of one *shape* (kind, profile, memory, vendor, model, bandwidth class) are
 interchangeable for matching, so a request is matched against the few shapes, not against
@@ -25,12 +26,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from gpupoolctl.hw.slice import card_key, within_capacity
 from gpupoolctl.sched.ids import natural
 from gpupoolctl.sched.request import JobRequest, host_matches, shape_matches
 from gpupoolctl.sched.unavailable import LABELS, Block, blocks
+from gpupoolctl.timestamps import format_ts, utc_now
 
 if TYPE_CHECKING:
-    from gpupoolctl.ledger.state import Allocation, State
+    from gpupoolctl.sched.recorded import RecordedHold, RecordedState
 
 Nat = tuple[Any, ...]
 T = TypeVar("T")
@@ -225,11 +228,9 @@ class PoolView:
     # -- construction ---------------------------------------------------------------------
 
     @classmethod
-    def from_state(cls, state: State, now: datetime | str | None = None) -> PoolView:
+    def from_state(cls, state: RecordedState, now: datetime | str | None = None) -> PoolView:
         """The pool as the ledger has it at `now` (default: the current time): expired holds
         are free."""
-        from gpupoolctl.ledger.units import format_ts, utc_now
-
         stamp = now if isinstance(now, str) else format_ts(now or utc_now())
         jobs_by_alloc = {
             str(job["alloc"]): job for job in state.jobs.values() if job.get("alloc") is not None
@@ -340,13 +341,20 @@ class PoolView:
 
     # -- changing the view (simulation; never the ledger) ----------------------------------
 
+    def has_room(self, slice_id: str) -> bool:
+        """Whether one more holder may take the slice, by its capacity (hw.slice). A slice
+        taken without a holder (kept, picked tentatively) counts as held."""
+        occupied = 1 if slice_id in self._taken else 0
+        return within_capacity(self._sk.slices[slice_id], occupied + 1)
+
     def hold(self, slice_ids: Iterable[str], holder: Holder) -> None:
-        """Mark slices held by `holder`. A slice held already is a ValueError: never two."""
+        """Mark slices held by `holder`. A slice without room for it (has_room) is a
+        ValueError: never beyond its capacity."""
         ids = list(slice_ids)
         unknown = [s for s in ids if s not in self._sk.slots]
-        taken = [s for s in ids if s in self._taken]
-        if unknown or taken or len(set(ids)) != len(ids) or holder.alloc in self._holds:
-            what = ", ".join(unknown + taken) or "twice"
+        full = [s for s in ids if s in self._sk.slots and not self.has_room(s)]
+        if unknown or full or len(set(ids)) != len(ids) or holder.alloc in self._holds:
+            what = ", ".join(unknown + full) or "twice"
             raise ValueError(f"{holder.alloc}: cannot hold {what}")
         for sid in ids:
             self.take(sid)
@@ -526,9 +534,7 @@ def island_key(entry: Mapping[str, Any]) -> str:
 
 def _gpu_key(entry: Mapping[str, Any]) -> str:
     """Slices of one physical GPU share this; a slice that names no GPU is its own."""
-    if entry.get("gpu") is not None:
-        return f"{entry['host']}/gpu{entry['gpu']}"
-    return str(entry.get("gpu_uuid") or entry["id"])
+    return card_key(entry) or str(entry.get("gpu_uuid") or entry["id"])
 
 
 RESHAPE_OWNER = "gpupoolctl (re-cut)"
@@ -558,7 +564,7 @@ def _block_holders(found: Mapping[str, Block], held: AbstractSet[str]) -> list[H
     return out
 
 
-def _holder(alloc: Allocation, slices: tuple[str, ...], job: dict[str, Any] | None) -> Holder:
+def _holder(alloc: RecordedHold, slices: tuple[str, ...], job: dict[str, Any] | None) -> Holder:
     request = alloc.request or {}
     job_id = request.get("job") or (job.get("id") if job else None)
     if job_id is None:  # not a job's (alloc): only its team, which its quota counts

@@ -19,13 +19,14 @@ from gpupoolctl.sched.ids import natural
 from gpupoolctl.sched.place import Placement, levels, place
 from gpupoolctl.sched.pool import Holder, PoolView, Slot
 from gpupoolctl.sched.request import JobRequest
+from gpupoolctl.timestamps import format_ts
 
 
 def eligible(holder: Holder, request: JobRequest, now: datetime | None = None) -> bool:
     """A hold that may be preempted for `request`: a job's, preemptible, lower priority."""
     if not holder.preemptible or holder.priority is None or holder.job is None:
         return False
-    if now is not None and holder.expires is not None and holder.expires <= _stamp(now):
+    if now is not None and holder.expires is not None and holder.expires <= format_ts(now):
         return False  # frees itself
     return holder.priority < request.priority
 
@@ -158,9 +159,3 @@ def _fits_without(request: JobRequest, pool: PoolView, policy: str, victims: lis
     finally:
         for holder in victims:
             pool.hold(holder.slices, holder)
-
-
-def _stamp(now: datetime) -> str:
-    from gpupoolctl.ledger.units import format_ts
-
-    return format_ts(now)

@@ -44,17 +44,17 @@ from gpupoolctl.sched.preempt import choose_preemption
 from gpupoolctl.sched.request import PRIORITY_MAX, JobRequest
 
 if TYPE_CHECKING:
-    from gpupoolctl.ledger.state import State
     from gpupoolctl.sched.cards import AnyCard
     from gpupoolctl.sched.clearing import ClearingPlan
     from gpupoolctl.sched.elastic import ElasticInputs, Recut, Upcoming
+    from gpupoolctl.sched.recorded import RecordedState
     from gpupoolctl.sched.shares import ShareInputs
 
 AGING_INTERVAL = timedelta(minutes=2)
 AGING_CAP = PRIORITY_MAX
 
 
-def queue_entries(state: State) -> list[QueueEntry]:
+def queue_entries(state: RecordedState) -> list[QueueEntry]:
     return [QueueEntry.from_record(r) for r in state.queue.values()]
 
 

@@ -2,8 +2,9 @@
 
 Placement (PoolView.from_state holds such slices in the name of what blocks them), the
 no-fit reasons (how many matching slices each reason keeps out), `pool`, `top` and the
-exports all read `blocks()`: a pure function of the ledger's State. A slice held by a live
-allocation stays its holder's; its block, if any, still says what is wrong with its card.
+exports all read `blocks()`: a pure function of the ledger's state (sched.recorded). A slice
+held by a live allocation stays its holder's; its block, if any, still says what is wrong
+with its card.
 
 The reasons, the first that applies winning:
 
@@ -27,8 +28,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gpupoolctl.hw.slice import card_key
+
 if TYPE_CHECKING:
-    from gpupoolctl.ledger.state import State
+    from gpupoolctl.sched.recorded import RecordedState
 
 KINDS = (
     "node-lost",
@@ -86,7 +89,7 @@ class Finder:
     """The block of any one slice of a state: what `blocks` asks of every slice, for callers
     that look at a few (a live view redrawing the hosts that changed)."""
 
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: RecordedState) -> None:
         self.state = state
         self.index = _index_of(state.slices)
         self.flagged = self.index.flagged
@@ -109,8 +112,6 @@ class Finder:
         """The block of slice `sid` (its ledger entry `entry`), or None."""
         if not self.any:
             return None
-        from gpupoolctl.ledger.state import card_key
-
         state, host, card = self.state, str(entry["host"]), card_key(entry)
         lost = state.lost.get(host)
         if lost is not None:
@@ -172,7 +173,7 @@ class Finder:
         return block.state if block is not None else "free"
 
 
-def blocks(state: State) -> dict[str, Block]:
+def blocks(state: RecordedState) -> dict[str, Block]:
     """Slice id -> the block that keeps it out of placement, for every slice that has one
     (held or not)."""
     finder = Finder(state)
@@ -213,8 +214,6 @@ _INDEXES: list[tuple[dict[str, Any], int, _Index]] = []
 
 
 def _index_of(slices: dict[str, dict[str, Any]]) -> _Index:
-    from gpupoolctl.ledger.state import card_key
-
     for known, size, index in _INDEXES:
         if known is slices and size == len(slices):
             return index

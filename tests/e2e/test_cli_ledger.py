@@ -8,9 +8,9 @@ import json
 import stat
 from pathlib import Path
 
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.ledger import Ledger, journal
 from gpupoolctl.sched import JobRequest
-from gpupoolctl.sched.alloc import alloc as hold
 
 FAST = {"GPUPOOL_LEDGER_NO_FSYNC": "1"}
 

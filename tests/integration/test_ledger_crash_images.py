@@ -16,9 +16,9 @@ import signal
 
 import pytest
 
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.ledger import Ledger, LedgerDamaged, journal, watermark
 from gpupoolctl.sched import JobRequest
-from gpupoolctl.sched.alloc import alloc as hold
 from tests.crashimages import (
     EventLog,
     Kill,

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.ledger import Ledger
 from gpupoolctl.sched import JobRequest
-from gpupoolctl.sched.alloc import alloc as hold
 from tests.ledgerwriters import (
     TEARER,
     WORKER,

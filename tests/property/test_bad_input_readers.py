@@ -269,9 +269,9 @@ _FIXED = datetime(2026, 1, 1, tzinfo=UTC)
 
 def _ledger_files(folder: Path) -> dict[str, bytes]:
     """A small real ledger: a journal, a snapshot and an archive."""
+    from gpupoolctl.jobs.alloc import alloc as hold
     from gpupoolctl.ledger import Ledger
     from gpupoolctl.sched import JobRequest
-    from gpupoolctl.sched.alloc import alloc as hold
 
     # A fixed clock: the files (their usage totals too) must be the same on every example,
     # or hypothesis sees its data generation change between runs.
@@ -291,9 +291,9 @@ def test_ledger_files_damaged_anyhow_give_ledger_errors_only(
 ) -> None:
     """read, verify, history, repair and a write on a damaged journal or snapshot: a value
     or the ledger's own one-line errors (damage, refused writes), nothing else."""
+    from gpupoolctl.jobs.alloc import alloc as hold
     from gpupoolctl.ledger import Ledger
     from gpupoolctl.sched import JobRequest
-    from gpupoolctl.sched.alloc import alloc as hold
 
     with tempfile.TemporaryDirectory() as made, tempfile.TemporaryDirectory() as used:
         files = _ledger_files(Path(made))

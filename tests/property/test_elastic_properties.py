@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from gpupoolctl.hw import catalog
 from gpupoolctl.jobs import reshape
+from gpupoolctl.jobs.alloc import alloc as sched_alloc
 from gpupoolctl.ledger import Ledger, slices_from_facts
 from gpupoolctl.partition import plan_host, planner
 from gpupoolctl.policy import ElasticPolicy, ElasticRule
@@ -45,7 +46,6 @@ from gpupoolctl.sched import (
     place,
     schedule_pass,
 )
-from gpupoolctl.sched.alloc import alloc as sched_alloc
 from gpupoolctl.sched.cards import WHOLE, AmdHive, Card, Layout, cards_of, predicted_slices
 from gpupoolctl.sched.elastic import ElasticInputs, Recut, hidden_for, plan_recuts
 

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpupoolctl.errors import NotFound
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.ledger import Ledger, LedgerError, NothingFits, drains
 from gpupoolctl.sched import JobRequest
-from gpupoolctl.sched.alloc import alloc as hold
 
 T0 = datetime(2025, 6, 1, tzinfo=UTC)
 PROFILES = ["1g.10gb", "3g.40gb", None]

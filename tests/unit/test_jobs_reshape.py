@@ -95,9 +95,9 @@ def test_a_reserved_card_stays_blocked_under_the_new_ids_a_refresh_records(dgx) 
     """A refresh of the host while its card is re-cut (another card's re-cut, `ledger show`,
     a partition apply) records the card's half-made slices under new ids: they too may not
     be taken until the reshape is closed."""
+    from gpupoolctl.jobs.alloc import alloc
     from gpupoolctl.ledger.errors import NothingFits
     from gpupoolctl.sched import JobRequest, PoolView
-    from gpupoolctl.sched.alloc import alloc
     from gpupoolctl.sched.elastic import Recut
 
     jobs, _ = dgx

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpupoolctl.errors import UsageError
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.ledger import Ledger
 from gpupoolctl.ledger import snapshot as snapshot_module
 from gpupoolctl.ledger.ledger import (
@@ -18,7 +19,6 @@ from gpupoolctl.ledger.ledger import (
     autocompact_from_env,
 )
 from gpupoolctl.sched import JobRequest
-from gpupoolctl.sched.alloc import alloc as hold
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 SLICES = [

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.ledger import Ledger, LedgerDamaged, journal
 from gpupoolctl.ledger.snapshot import Snapshot
 from gpupoolctl.ledger.snapshot import write as write_snapshot
 from gpupoolctl.sched import JobRequest
-from gpupoolctl.sched.alloc import alloc as hold
 
 
 def make_slices(n: int = 6) -> list[dict]:

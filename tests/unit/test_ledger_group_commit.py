@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.ledger import Ledger, LedgerDamaged, fileio, journal, watermark
 from gpupoolctl.ledger.paths import LedgerPaths
 from gpupoolctl.sched import JobRequest
-from gpupoolctl.sched.alloc import alloc as hold
 
 TS = "2025-01-01T00:00:00.000Z"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.ledger import Ledger, LedgerError
 from gpupoolctl.sched import JobRequest
-from gpupoolctl.sched.alloc import alloc as hold
 
 from .test_ledger_ops import Clock, make_slices
 
@@ -91,6 +91,18 @@ def test_verify_finds_a_slice_used_by_a_job_and_held_by_another_allocation(ledge
     assert ("job", "j-1") in kinds
     message = next(p.message for p in report.problems if p.kind == "double-hold")
     assert "j-1" in message and "a-2" in message
+
+
+def test_verify_names_every_holder_of_a_slice_over_capacity_once(ledger):
+    """Two jobs placed on one slice (records an older version could write): one problem for
+    the slice, naming both jobs and their allocations, not one per way of seeing it."""
+    place_job(ledger, "j-1", "a-1")
+    place_job(ledger, "j-2", "a-2")  # a-1 still holds it
+    report = ledger.verify()
+    found = [p for p in report.problems if p.kind == "double-hold"]
+    assert [(p.where, p.message) for p in found] == [
+        (SLICE, "held by j-1 (a-1), j-2 (a-2) at once")
+    ]
 
 
 def test_repair_records_history_problems_as_known_and_keeps_the_records(ledger):

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from gpupoolctl.errors import ExitCode
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.ledger import Ledger, LedgerError, NothingFits, slices_from_facts
 from gpupoolctl.sched import JobRequest
-from gpupoolctl.sched.alloc import alloc as hold
 
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 

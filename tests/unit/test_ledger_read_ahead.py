@@ -17,11 +17,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.ledger import Ledger, replay
 from gpupoolctl.ledger.lock import FileLock
 from gpupoolctl.ledger.paths import LedgerPaths
 from gpupoolctl.sched import JobRequest
-from gpupoolctl.sched.alloc import alloc as hold
 
 SLICES = [
     {"id": f"n1/gpu{i}", "host": "n1", "gpu": i, "kind": "gpu", "memory_mib": 81920}

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from gpupoolctl.jobs import Jobs, Nodes, control
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.jobs.draining import drain_now
 from gpupoolctl.ledger import Ledger
 from gpupoolctl.policy.actor import is_pool_admin, unix_groups
@@ -17,7 +18,6 @@ from gpupoolctl.policy.model import Admins
 from gpupoolctl.policy.ownership import NotOwner, as_admin, refusal, refusal_of_many
 from gpupoolctl.remote.target import target_from_vars
 from gpupoolctl.sched import JobRequest
-from gpupoolctl.sched.alloc import alloc as hold
 from tests.unit.test_jobs_service import SLICES, FakeNode, spec, state_of
 
 # -- the pure check ------------------------------------------------------------------------

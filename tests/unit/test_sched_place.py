@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from gpupoolctl.errors import UsageError
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.ledger import Ledger, slices_from_facts
 from gpupoolctl.sched import (
     ALLOC_POLICY,
@@ -21,7 +22,6 @@ from gpupoolctl.sched import (
     PoolView,
     place,
 )
-from gpupoolctl.sched.alloc import alloc as hold
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

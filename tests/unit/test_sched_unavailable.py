@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.ledger import Ledger, NothingFits, drains
 from gpupoolctl.ledger.slices import (
     accounted_by,
@@ -22,7 +23,6 @@ from gpupoolctl.ledger.state import State
 from gpupoolctl.policy.model import ElasticPolicy, ElasticRule
 from gpupoolctl.policy.ownership import NotOwner
 from gpupoolctl.sched import JobRequest, NoFit, PoolView, QueueEntry, place
-from gpupoolctl.sched.alloc import alloc as hold
 from gpupoolctl.sched.cards import cards_of
 from gpupoolctl.sched.elastic import ElasticInputs
 from gpupoolctl.sched.queue import schedule_pass

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from gpupoolctl.hw import sharing
+from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.ledger import Ledger, current_user
 from gpupoolctl.ledger.ledger import default_actor, user_name
 from gpupoolctl.sched import JobRequest
-from gpupoolctl.sched.alloc import alloc as hold
 from gpupoolctl.sim.state import SimState
 
 SLICES = [
