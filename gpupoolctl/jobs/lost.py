@@ -1,30 +1,18 @@
-"""Node loss: hosts that stop answering, their jobs, and the runs they leave behind.
+"""Node loss, carried out: the poll's answers in, sched.health's decisions recorded in the
+ledger's transaction, fenced runs killed on their nodes.
 
-The reaper's poll is the heartbeat: a host with running jobs whose poll is unreachable or
-times out is recorded `silent` (since its last answer this process saw, else since this
-poll), and so is a host that a launch could not reach (jobs.launching); one that answers
-again (a poll, or its facts: Ledger.refresh_slices), `answering`. That a polled host
-answered is recorded too (`heard`), at most once a third of node-dead-after (HEARD_EVERY),
-so that the ledger knows when a host last answered whichever process polled it: a lost node
-is told by that time ("no answer since T"), not by the first poll that failed. Placement
-leaves silent and lost hosts alone (sched.unavailable), and every full pass polls them. A
-host with running jobs silent for the health policy's node-dead-after is declared `lost`,
-in one transaction: the host is drained (source `health`, beside an admin's drain if any;
-only this loop lifts it), each of its jobs is
-ended as failed "node lost" or requeued when it may restart (jobs.restarts), and only then
-are its slices released. Every run such a job had (on the lost host, and on the other hosts
-of a multi-node job) is *fenced*: polled on every pass until its host answers, then killed
-there and cleared; its slices take no new work meanwhile. `cancel --forget` fences the runs
-of the job it forgets the same way. A run is never recorded as finished after its job moved
-on (the reaper looks only at a job's current run), so nothing runs twice and no output is
-taken from a stale run. A lost host that answers with no fence left has `returned`; with
-return-to-service auto its automatic drain is lifted.
+What to decide is sched.health's (pure, over the ledger's state, this poll, the health
+policy and the clock): which hosts are silent, answering, lost; which jobs end or restart;
+which runs are fenced, killed, cleared; which hosts have returned. This module reads the
+poll (a host that did not answer for the transport's reasons is silent; one that answered
+with an error is alive), records each decision in order in one transaction per step, and
+makes the agent calls (SIGKILL a fenced run that still runs). The poll is the reaper's
+(jobs.reaping); a launch that could not reach a host marks it silent (jobs.launching);
+`cancel --forget` fences the runs of the job it forgets (jobs.control).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 from gpupoolctl.jobs import restarts
@@ -32,29 +20,33 @@ from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.jobs.service import KILL_WAIT_S, JobsCore
 from gpupoolctl.ledger import State, Transaction
 from gpupoolctl.ledger.state import fence_key
-from gpupoolctl.ledger.units import format_ts, parse_ts
+from gpupoolctl.ledger.units import format_ts
 from gpupoolctl.policy.model import HealthPolicy
 from gpupoolctl.remote.results import TIMED_OUT, UNREACHABLE
+from gpupoolctl.sched import health
+from gpupoolctl.sched.health import (
+    ClearFence,
+    Decision,
+    DeclareLost,
+    DrainHost,
+    EndJob,
+    FenceRun,
+    Heartbeats,
+    HostReturned,
+    KillRun,
+    LiftDrain,
+    MarkAnswering,
+    MarkHeard,
+    MarkSilent,
+    RequeueJob,
+)
 
 # Outcomes that say nothing reached the node. A host that answered with an error (a broken
 # agent, a full disk) is alive: its jobs are not lost, the error is reported instead.
 SILENT_OUTCOMES = frozenset({UNREACHABLE, TIMED_OUT})
-LOST_REASON = "node lost"  # the automatic drain's reason starts so; only those are lifted
-# A host's answer is recorded when the last one recorded is older than this part of
-# node-dead-after (Slurm pings a node every SlurmdTimeout/3): passes that poll more often
-# write nothing, and "no answer since T" is that much early at most.
-HEARD_EVERY = 1 / 3
 
 
-@dataclass(frozen=True)
-class Heard:
-    """Who answered this pass's poll, who did not, and what the answering ones said."""
-
-    answered: dict[str, dict[str, Any]]  # host -> {node id: status}
-    silent: dict[str, str]  # host -> why (the transport's outcome and error)
-
-
-def heard(answers: dict[str, Any]) -> Heard:
+def heard(answers: dict[str, Any], last_heard: dict[str, str] | None = None) -> Heartbeats:
     """Split a poll's answers (Nodes.poll) into answering and silent hosts."""
     answered: dict[str, dict[str, Any]] = {}
     silent: dict[str, str] = {}
@@ -63,16 +55,7 @@ def heard(answers: dict[str, Any]) -> Heard:
             answered[host] = answer
         elif getattr(answer, "outcome", None) in SILENT_OUTCOMES:
             silent[host] = f"{answer.outcome}: {answer.error}"
-    return Heard(answered, silent)
-
-
-def wanted(state: State) -> dict[str, list[str]]:
-    """What the poll must also ask besides running jobs: the fenced runs, by host, and every
-    lost or silent host (an empty poll: does it answer again?)."""
-    out: dict[str, list[str]] = {host: [] for host in (*state.lost, *state.silent)}
-    for fence in state.fences.values():
-        out.setdefault(fence["host"], []).append(fence["node_id"])
-    return out
+    return Heartbeats(answered, silent, dict(last_heard or {}))
 
 
 def health_of(jobs: JobsCore) -> HealthPolicy:
@@ -83,201 +66,133 @@ def observe(jobs: JobsCore, answers: dict[str, Any], state: State) -> list[dict[
     """Record what this pass's poll says about hosts; declare the ones silent too long lost;
     kill fenced runs on hosts that answer; return lost hosts that answer with nothing
     fenced. `state` is the ledger as the poll's caller read it: when it shows nothing to do
-    (everyone answered, no silence, no loss, no fence, no answer due to be recorded) no
-    ledger write is made. Returns events for the CLI (lost, returned, stale runs killed)."""
-    found = heard(answers)
-    now = jobs.ledger.clock()
-    for host in found.answered:
-        jobs.last_heard[host] = format_ts(now)
-    health = health_of(jobs)
-    changed = found.silent or set(found.answered) & (set(state.silent) | set(state.lost))
-    due = [h for h in found.answered if _heard_due(state, h, format_ts(now), health)]
-    if not changed and not due and not state.fences:
+    (sched.health.quiet) no ledger write is made. Returns events for the CLI (lost,
+    returned, stale runs killed)."""
+    now = format_ts(jobs.ledger.clock())
+    for host, answer in answers.items():
+        if isinstance(answer, dict):
+            jobs.last_heard[host] = now
+    beats = heard(answers, jobs.last_heard)
+    policy = health_of(jobs)
+    if health.quiet(state, beats, policy, now):
         return []  # the usual pass: everyone answered, nothing to record (no lock taken)
-    done = jobs.ledger.write(lambda tx: _record(jobs, tx, found, health))
+
+    def record(tx: Transaction) -> list[dict[str, Any]]:
+        decisions = health.observe(tx.state, beats, policy, tx.now)
+        return [e for d in decisions if (e := apply(jobs, tx, d)) is not None]
+
+    done = jobs.ledger.write(record)
     jobs.warnings.extend(done.warnings)
     events: list[dict[str, Any]] = list(done.value)
-    events.extend(_kill_fenced(jobs, found))
-    if set(found.answered) & set(jobs.read().state.lost):
-        back = jobs.ledger.write(lambda tx: _returned(tx, found, health))
+    events.extend(_kill_fenced(jobs, beats))
+    if set(beats.answered) & set(jobs.read().state.lost):
+
+        def returned(tx: Transaction) -> list[dict[str, Any]]:
+            decisions = health.returns(tx.state, beats, policy)
+            return [e for d in decisions if (e := apply(jobs, tx, d)) is not None]
+
+        back = jobs.ledger.write(returned)
         jobs.warnings.extend(back.warnings)
         events.extend(back.value)
     return events
 
 
-def _record(
-    jobs: JobsCore, tx: Transaction, found: Heard, health: HealthPolicy
-) -> list[dict[str, Any]]:
-    state = tx.state
-    now = parse_ts(tx.now)
-    events: list[dict[str, Any]] = []
-    for host in sorted(found.answered):
-        if host in state.silent:
+def apply(jobs: JobsCore, tx: Transaction, decision: Decision) -> dict[str, Any] | None:
+    """Record one of sched.health's decisions in the caller's transaction; returns the
+    event the CLI shows for it, if any."""
+    match decision:
+        case MarkAnswering(host):
             tx.append("host", {"host": host, "state": "answering"})
-        elif host not in state.lost and _heard_due(state, host, tx.now, health):
+        case MarkHeard(host):
             tx.append("host", {"host": host, "state": "heard"})
-    for host, why in sorted(found.silent.items()):
-        since = mark_silent(jobs, tx, host, why)
-        if since is None:
-            continue  # lost already
-        silent_s = (now - parse_ts(since)).total_seconds()
-        # A host with no running job is lost to nothing: it stays silent (and placement
-        # leaves it alone) until it answers.
-        if silent_s >= health.node_dead_after_s and _runs_on(state, host):
-            events.append(_declare_lost(jobs, tx, host, since, silent_s, why))
-    return events
+        case MarkSilent(host, since, why, answered):
+            silent = {"host": host, "state": "silent", "since": since, "why": why}
+            tx.append("host", {**silent, **({"answered": answered} if answered else {})})
+        case DeclareLost(host, since, why, answered, _, ended):
+            tx.append("host", {"host": host, "state": "lost", "since": since, "why": why})
+            event = {"host": host, "since": since, "answered": answered, "jobs": list(ended)}
+            return {"event": "node-lost", **event}
+        case DrainHost(host, reason):
+            drained = {"target": host, "state": "drained", "reason": reason}
+            tx.append("drain", {**drained, "source": "health"})
+        case FenceRun():
+            _fence(tx, decision)
+        case EndJob() | RequeueJob():
+            _end(jobs, tx, decision)
+        case ClearFence(host, node_id):
+            fence = tx.state.fences.get(fence_key(host, node_id))
+            if fence is not None:  # another process may have cleared it meanwhile
+                tx.append("fence", {**fence, "state": "cleared"})
+        case HostReturned(host, undrained):
+            tx.append("host", {"host": host, "state": "returned"})
+            return {"event": "node-returned", "host": host, "undrained": undrained}
+        case LiftDrain(host):  # the loss's own drain only: an admin's stays
+            tx.append("drain", {"target": host, "state": "undrained", "source": "health"})
+        case KillRun():
+            raise ValueError("a kill is an agent call, not a record: see _kill_fenced")
+    return None
 
 
-def mark_silent(jobs: JobsCore, tx: Transaction, host: str, why: str) -> str | None:
+def mark_silent(jobs: JobsCore, tx: Transaction, host: str, why: str) -> None:
     """Record in the caller's transaction that `host` did not answer (a poll or a launch)
-    unless it is silent already; returns since when it is silent, None for a lost host
-    (nothing recorded). Placement leaves a silent host alone until it answers again
-    (sched.unavailable)."""
-    state = tx.state
-    if host in state.lost:
-        return None
-    since = state.silent.get(host)
-    if since is None:
-        since = jobs.last_heard.get(host, tx.now)
-        silent = {"host": host, "state": "silent", "since": since, "why": why}
-        answered = max(jobs.last_heard.get(host, ""), state.answered.get(host, ""))
-        tx.append("host", {**silent, **({"answered": answered} if answered else {})})
-    return since
-
-
-def _runs_on(state: State, host: str) -> bool:
-    return any(
-        job.get("state") == "running" and any(n["host"] == host for n in job.get("nodes") or [])
-        for job in state.jobs.values()
-    )
-
-
-def _heard_due(state: State, host: str, now: str, health: HealthPolicy) -> bool:
-    """Whether the host's answer is to be recorded: none recorded yet, or the last one
-    recorded is older than HEARD_EVERY of node-dead-after."""
-    last = state.answered.get(host)
-    if last is None:
-        return True
-    elapsed = (parse_ts(now) - parse_ts(last)).total_seconds()
-    return elapsed >= health.node_dead_after_s * HEARD_EVERY
-
-
-def _declare_lost(
-    jobs: JobsCore, tx: Transaction, host: str, since: str, silent_s: float, why: str
-) -> dict[str, Any]:
-    from gpupoolctl.policy.values import duration_text
-
-    tx.append("host", {"host": host, "state": "lost", "since": since, "why": why})
-    # Told from its last answer when the ledger knows it (`since` is the first poll that
-    # failed: the silence counted towards node-dead-after).
-    answered = tx.state.answered.get(host)
-    if answered is not None:
-        silent_s = max(silent_s, (parse_ts(tx.now) - parse_ts(answered)).total_seconds())
-        reason = f"{LOST_REASON}: no answer since {answered} ({why})"
-    else:
-        reason = f"{LOST_REASON}: no answer since {since} or earlier ({why})"
-    # Beside an admin's drain, if any: each is lifted on its own.
-    tx.append(
-        "drain", {"target": host, "state": "drained", "reason": reason[:200], "source": "health"}
-    )
-    detail = f"{host} did not answer for {duration_text(round(silent_s))}"
-    ended = []
-    for job in list(tx.state.jobs.values()):
-        if job.get("state") != "running":
-            continue
-        nodes = job.get("nodes") or []
-        if not any(n["host"] == host for n in nodes):
-            continue
-        fence_runs(tx, job)  # the other hosts' runs too: the job goes on as a whole or not
-        tx.release(job["alloc"])
-        _end(jobs, tx, job, detail)
-        ended.append(job["id"])
-    return {"event": "node-lost", "host": host, "since": since, "answered": answered, "jobs": ended}
+    unless it is lost or silent already. Placement leaves a silent host alone until it
+    answers again (sched.unavailable)."""
+    mark = health.mark_silent(tx.state, host, why, jobs.last_heard, tx.now)
+    if mark is not None:
+        apply(jobs, tx, mark)
 
 
 def fence_runs(tx: Transaction, job: dict[str, Any]) -> None:
     """Fence every run of `job` (each of its nodes): killed when its host answers, its slices
     kept out of placement until then (sched.unavailable)."""
-    for node in job.get("nodes") or []:
-        tx.append(
-            "fence",
-            {
-                "host": node["host"],
-                "node_id": node["node_id"],
-                "job": job["id"],
-                "slices": list(node.get("slices") or []),
-                "state": "fenced",
-            },
-        )
+    for fence in health.fences_of(job):
+        _fence(tx, fence)
 
 
-def _kill_fenced(jobs: JobsCore, found: Heard) -> list[dict[str, Any]]:
+def _fence(tx: Transaction, run: FenceRun) -> None:
+    fence = {"host": run.host, "node_id": run.node_id, "job": run.job, "slices": list(run.slices)}
+    tx.append("fence", {**fence, "state": "fenced"})
+
+
+def _kill_fenced(jobs: JobsCore, beats: Heartbeats) -> list[dict[str, Any]]:
     """SIGKILL fenced runs still running on hosts that answered, then clear the fences of
     the runs that are gone there."""
-    state = jobs.read().state
-    fences = [f for f in state.fences.values() if f["host"] in found.answered]
-    if not fences:
+    settle = health.settle_fences(jobs.read().state.fences, beats)
+    if not settle:
         return []
-    running = [
-        f
-        for f in fences
-        if (found.answered[f["host"]].get(f["node_id"]) or {}).get("state") == "running"
-    ]
+    kills = [d for d in settle if isinstance(d, KillRun)]
     calls = [
-        Call(f["host"], "signal", {"job_id": f["node_id"], "signal": "KILL", "wait_s": KILL_WAIT_S})
-        for f in running
+        Call(k.host, "signal", {"job_id": k.node_id, "signal": "KILL", "wait_s": KILL_WAIT_S})
+        for k in kills
     ]
-    gone = {fence_key(f["host"], f["node_id"]) for f in fences if f not in running}
+    gone = [d for d in settle if isinstance(d, ClearFence)]
     killed = []
-    for fence, result in zip(running, jobs.nodes.call(calls), strict=True):
+    for kill, result in zip(kills, jobs.nodes.call(calls), strict=True):
         if result.ok and (result.data or {}).get("state") != "running":
-            gone.add(fence_key(fence["host"], fence["node_id"]))
-            killed.append(fence)
+            gone.append(ClearFence(kill.host, kill.node_id))
+            killed.append(kill)
         elif not result.ok:
-            jobs.host_failed(fence["host"], f"{result.outcome}: {result.error}")
+            jobs.host_failed(kill.host, f"{result.outcome}: {result.error}")
 
     def clear(tx: Transaction) -> None:
-        for key in sorted(gone):
-            fence = tx.state.fences.get(key)
-            if fence is not None:
-                tx.append("fence", {**fence, "state": "cleared"})
+        for decision in sorted(gone, key=lambda c: fence_key(c.host, c.node_id)):
+            apply(jobs, tx, decision)
 
     done = jobs.ledger.write(clear)
     jobs.warnings.extend(done.warnings)
     return [
-        {"event": "stale-run-killed", "job": f["job"], "host": f["host"], "run": f["node_id"]}
-        for f in killed
+        {"event": "stale-run-killed", "job": k.job, "host": k.host, "run": k.node_id}
+        for k in killed
     ]
 
 
-def _returned(tx: Transaction, found: Heard, health: HealthPolicy) -> list[dict[str, Any]]:
-    state = tx.state
-    fenced_hosts = {f["host"] for f in state.fences.values()}
-    events = []
-    for host in sorted(set(state.lost) & set(found.answered) - fenced_hosts):
-        tx.append("host", {"host": host, "state": "returned"})
-        drain = state.drains.get(host, {}).get("health")
-        lifted = (
-            health.return_to_service == "auto"
-            and drain is not None
-            and str(drain.get("reason", "")).startswith(LOST_REASON)
-        )
-        if lifted:  # the loss's own drain only: an admin's stays
-            tx.append("drain", {"target": host, "state": "undrained", "source": "health"})
-        events.append({"event": "node-returned", "host": host, "undrained": lifted})
-    return events
-
-
-def _end(jobs: JobsCore, tx: Transaction, job: dict[str, Any], detail: str) -> None:
-    """Requeue the job when it may restart (jobs.restarts), else record it failed."""
+def _end(jobs: JobsCore, tx: Transaction, decision: EndJob | RequeueJob) -> None:
+    """Release the job's slices; queue it again or record it failed."""
+    job = tx.state.jobs[decision.job]
+    tx.release(job["alloc"])
     final = {"id": job["id"], "exit_code": None, "ended": jobs.clock(), "signal": None}
-    restart = restarts.after_failure(job, "node-lost", detail)
-    if restart is not None:
-        # No back-off: the node failed, not the job; back-off is for a job's crash loop.
-        restarts.requeue(jobs, tx, job, final, dataclasses.replace(restart, backoff_s=0.0))
+    if isinstance(decision, RequeueJob):
+        restarts.requeue(jobs, tx, job, final, decision.restart)
         return
-    reason = restarts.end_reason(job, "node-lost", detail)
-    error = f"{LOST_REASON}: {detail}"
-    tx.append(
-        "job", {**final, "state": "failed", "error": error, "reason": reason, "submitter": None}
-    )
+    fields = {"error": decision.error, "reason": decision.reason, "submitter": None}
+    tx.append("job", {**final, "state": "failed", **fields})

@@ -2,7 +2,8 @@
 
 reap: one fan-out polls every running job's node(s); an ended job gets its final record
 and its slices released in one transaction (a preempted one is requeued when it asked).
-The same poll is the hosts' heartbeat: jobs.lost declares hosts silent too long lost.
+The same poll is the hosts' heartbeat: sched.health decides which hosts silent too long are
+lost, jobs.lost records it.
 recover: a pending job whose submitter is gone is settled by a *fencing* poll: a job id the
 node never saw is claimed there, so a launch still in flight can no longer start it. `cancel`
 settles a pending job the same way; a job it marked that had not started on all its nodes
@@ -20,6 +21,7 @@ from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.jobs.service import KILL_WAIT_S, JobsCore, node_id
 from gpupoolctl.jobs.spec import duration_text
 from gpupoolctl.ledger import Transaction
+from gpupoolctl.sched import health
 
 PENDING_STALE_S = 600.0  # a pending job of another workstation is settled after this long
 _ENDED = ("exited", "lost", "absent")
@@ -62,7 +64,7 @@ def reap(
     # The full pass is also the hosts' heartbeat: fenced runs and lost hosts are asked too.
     # Only hosts this run can reach (-i/-l): a host taken out of the inventory keeps its
     # fences until it is back, without a warning on every pass.
-    extra = lost.wanted(state) if only is None and probe_lost else {}
+    extra = health.probes(state) if only is None and probe_lost else {}
     extra = {h: ids for h, ids in extra.items() if h in jobs.nodes.targets}
     if not running and not extra:
         return []

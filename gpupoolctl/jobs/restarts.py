@@ -17,85 +17,32 @@ entry's `not_before`; the one scheduler (sched.schedule_pass) leaves such an ent
     else:
         tx.append("job", {**final, "state": "failed", "reason": end_reason(job, "exit", "1")})
 
-Neither needs node statuses: jobs.lost (node loss) calls them as the reaper does.
+The rule (after_failure, end_reason, backoff_s) is policy.restarts, pure: the node-loss
+decision (sched.health) asks it as the reaper does; this module records and launches.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.ledger.units import format_ts, parse_ts
 
+# The rule itself is pure and sits below the decisions (sched.health asks it too, and the
+# job list reads budgets without loading the scheduler); its names stay importable here.
+from gpupoolctl.policy.restarts import BACKOFF_BASE_S as BACKOFF_BASE_S
+from gpupoolctl.policy.restarts import BACKOFF_CAP_S as BACKOFF_CAP_S
+from gpupoolctl.policy.restarts import CAUSES as CAUSES
+from gpupoolctl.policy.restarts import Restart as Restart
+from gpupoolctl.policy.restarts import after_failure as after_failure
+from gpupoolctl.policy.restarts import backoff_s as backoff_s
+from gpupoolctl.policy.restarts import budget as budget
+from gpupoolctl.policy.restarts import describe as describe
+from gpupoolctl.policy.restarts import end_reason as end_reason
+
 if TYPE_CHECKING:
     from gpupoolctl.jobs.service import JobsCore
     from gpupoolctl.ledger import Transaction
-
-BACKOFF_BASE_S = 10.0  # before the first restart (Kubernetes Job: 10 s, 20 s, 40 s ...)
-BACKOFF_CAP_S = 300.0  # never longer than 5 minutes
-CAUSES = ("exit", "node-lost", "preempted")
-
-
-@dataclass(frozen=True)
-class Restart:
-    """A decision to run the job again: its restart number (1 for the first), the budget,
-    how long it waits first, and the reason recorded ("exited 1, requeued (1/3)")."""
-
-    count: int
-    limit: int
-    backoff_s: float
-    reason: str
-
-
-def backoff_s(count: int) -> float:
-    """How long restart number `count` (1, 2, ...) waits: 10 s, 20 s, 40 s ... <= 300 s."""
-    if count < 1:
-        return 0.0
-    return min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** min(count - 1, 32))
-
-
-def describe(cause: str, detail: str = "") -> str:
-    """What ended the try, in words: "exited 1", "killed by SIGSEGV", "node lost (...)"."""
-    if cause == "exit":
-        text = str(detail).strip()
-        if text.upper().startswith("SIG"):
-            return f"killed by {text.upper()}"
-        return f"exited {text}" if text else "failed"
-    if cause == "node-lost":
-        return f"node lost ({detail})" if detail else "node lost"
-    if cause == "preempted":
-        return f"preempted ({detail})" if detail else "preempted"
-    raise ValueError(f"unknown cause {cause!r}: one of {', '.join(CAUSES)}")
-
-
-def budget(job: dict[str, Any]) -> tuple[int, int]:
-    """(restarts used so far, restarts allowed)."""
-    return int(job.get("restarts") or 0), int(job.get("max_restarts") or 0)
-
-
-def after_failure(job: dict[str, Any], cause: str, detail: str = "") -> Restart | None:
-    """Whether the job (its record as the ledger has it) runs again after `cause`:
-    "exit" (detail: the exit code, or the signal name that killed it), "node-lost" (detail:
-    what was seen, optional) or "preempted" (never counted: always None here; the --requeue
-    path decides). None: it has no restarts left (or none allowed), it ends."""
-    what = describe(cause, detail)
-    if cause == "preempted":
-        return None
-    used, allowed = budget(job)
-    if used >= allowed:
-        return None
-    count = used + 1
-    return Restart(count, allowed, backoff_s(count), f"{what}, requeued ({count}/{allowed})")
-
-
-def end_reason(job: dict[str, Any], cause: str, detail: str = "") -> str | None:
-    """The reason a job that does not run again records: "exited 1 (no restarts left:
-    3/3)"; None for a job that never asked for restarts (its record says what it did)."""
-    used, allowed = budget(job)
-    if allowed <= 0:
-        return None
-    return f"{describe(cause, detail)} (no restarts left: {used}/{allowed})"
 
 
 def requeue(
