@@ -285,18 +285,16 @@ def submit(
     from gpupoolctl.jobs.spec import parse_env, parse_signal, parse_time_limit
     from gpupoolctl.ledger.units import parse_memory_mib
     from gpupoolctl.sched import JobRequest, NoFit, parse_priority
+    from gpupoolctl.sched.request import sized_profile
 
     settings: Settings = ctx.obj
     argv = list(command or [])
     if argv[:1] == ["--"]:
         argv = argv[1:]
-    sized = profile is not None or mem is not None  # "" is a mistake, checked as given
     warning = parse_signal(signal) if signal is not None else None
     request = JobRequest(
         gpus=gpus,
-        # A job that says nothing about its size gets whole cards: handing `torchrun` a 1g
-        # slice because it was the smallest free one would be a surprise, not pooling.
-        profile=profile if sized else "gpu",
+        profile=sized_profile(profile, mem),  # neither: whole cards
         memory_mib=parse_memory_mib(mem) if mem is not None else None,
         vendor=vendor.lower() if vendor else None,
         model=model,

@@ -10,7 +10,8 @@ A request for N GPUs is N slices. Each slice must match every attribute that is 
 - `host`: a glob on the host name.
 
 No profile and no memory means any slice (the smallest win under best-fit); ask for
-`profile="gpu"` for whole cards.
+`profile="gpu"` for whole cards. A job submitted without a size gets whole cards
+(`sized_profile`): `submit` and the stress workloads build their requests so.
 """
 
 from __future__ import annotations
@@ -43,6 +44,18 @@ def parse_priority(text: str) -> int:
     if not PRIORITY_MIN <= value <= PRIORITY_MAX:
         raise UsageError(f"bad priority {text!r}: a number must be within 0..100")
     return value
+
+
+WHOLE_CARD = "gpu"  # the profile (a slice kind) that asks for whole cards
+
+
+def sized_profile(profile: str | None, mem: object | None) -> str | None:
+    """The profile a job's request carries. A job that says nothing about its size (no
+    profile and no memory) gets whole cards: handing `torchrun` a 1g slice because it was
+    the smallest free one would be a surprise, not pooling. One that gives either keeps it
+    as given, even empty: an empty profile is a mistake (JobRequest.validate refuses it),
+    never a quiet whole card."""
+    return profile if profile is not None or mem is not None else WHOLE_CARD
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from gpupoolctl.agent.workloads import WORKLOAD_COMMAND, matmul, sim, train
 from gpupoolctl.errors import UsageError
 from gpupoolctl.hw.shown import shown
 from gpupoolctl.ledger.units import parse_memory_mib
-from gpupoolctl.sched.request import JobRequest, parse_priority
+from gpupoolctl.sched.request import JobRequest, parse_priority, sized_profile
 from gpupoolctl.stress.levels import bounded_seconds, number_text
 from gpupoolctl.yamlsource import did_you_mean
 
@@ -245,9 +245,10 @@ SHAPE_FIELDS = (
 @dataclass(frozen=True)
 class RequestShape:
     """What one submitted job asks for, and how often (weight) among the scenario's shapes.
-    Neither profile nor mem means whole cards, as `gpupoolctl submit` does. max_restarts:
-    each job runs again up to this many times after a failure exit or a lost node, as
-    `submit --max-restarts` (0..MAX_RESTARTS; the scheduler's back-off applies)."""
+    Neither profile nor mem means whole cards, as `gpupoolctl submit` does (one rule:
+    sched.request.sized_profile). max_restarts: each job runs again up to this many times
+    after a failure exit or a lost node, as `submit --max-restarts` (0..MAX_RESTARTS; the
+    scheduler's back-off applies)."""
 
     weight: float = 1.0
     gpus: int = 1
@@ -305,7 +306,7 @@ class RequestShape:
         (max_restarts is the job's, not the request's: backend.job_spec passes it)."""
         return {
             "gpus": self.gpus,
-            "profile": self.profile if self.profile or self.mem else "gpu",
+            "profile": sized_profile(self.profile, self.mem),  # neither: whole cards
             "memory_mib": parse_memory_mib(self.mem) if self.mem else None,
             "vendor": self.vendor.lower() if self.vendor else None,
             "model": self.model,

@@ -138,6 +138,16 @@ def test_bad_scenario_file_is_one_line_naming_file_and_line(cli) -> None:
     assert "Traceback" not in run.stderr
 
 
+def test_an_empty_profile_in_a_scenario_is_refused_as_submit_refuses_it(cli) -> None:
+    # It used to be read as "no size" and ramped whole cards; `submit --profile ""` refuses.
+    scenario = "name: x\nlevels: 1\nrequests:\n  - gpus: 1\n    profile: ''\n"
+    (Path(cli.cwd) / "empty.yaml").write_text(scenario)
+    run = cli("stress", "ramp", "--scenario", "empty.yaml", "--backend", "noop", "-o", "json")
+    assert run.code == 1 and run.stdout == ""
+    assert run.stderr.strip().endswith("empty.yaml:5: profile must not be empty"), run.stderr
+    assert run.stderr.count("\n") == 1
+
+
 def test_ctrl_c_stops_the_ramp_cancels_its_jobs_and_keeps_the_results(stress_cli) -> None:
     home = Path(stress_cli.tmp) / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPOOL_", "XDG_"))}

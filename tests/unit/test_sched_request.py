@@ -6,6 +6,7 @@ import pytest
 
 from gpupoolctl.errors import ExitCode, UsageError
 from gpupoolctl.sched import PRIORITIES, JobRequest, matches, parse_priority
+from gpupoolctl.sched.request import sized_profile
 
 H100_MIG = {
     "id": "n1/gpu6/mig-1g.10gb@0",
@@ -110,3 +111,19 @@ def test_matching_rules():
 def test_describe_reads_well():
     text = JobRequest(gpus=4, model="H100", same_island=True, bandwidth_class="ultra").describe()
     assert text == "4 x any slice, model H100, bandwidth >= ultra, same island"
+
+
+@pytest.mark.parametrize(
+    ("profile", "mem", "expected"),
+    [
+        (None, None, "gpu"),  # says nothing about its size: whole cards
+        ("1g.10gb", None, "1g.10gb"),
+        (None, "10G", None),  # a memory size: any slice that big
+        ("", None, ""),  # given, empty: kept, for validate() to refuse
+        (None, "", None),
+    ],
+)
+def test_a_job_without_a_size_gets_whole_cards(
+    profile: str | None, mem: str | None, expected: str | None
+) -> None:
+    assert sized_profile(profile, mem) == expected

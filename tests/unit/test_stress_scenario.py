@@ -444,6 +444,15 @@ def test_shape_memory_priority_and_whole_cards() -> None:
     assert RequestShape(priority=20).job_fields()["priority"] == 20  # type: ignore[arg-type]
 
 
+def test_an_empty_profile_is_refused_not_read_as_whole_cards() -> None:
+    # The shape and `submit` build the size the same way (sched.request.sized_profile): an
+    # empty profile is a mistake to name, where the shape used to ask for whole cards.
+    with pytest.raises(UsageError, match="profile must not be empty"):
+        RequestShape(profile="")
+    with pytest.raises(UsageError, match="profile must not be empty"):
+        RequestShape(profile="  ")
+
+
 @pytest.mark.parametrize(
     ("fields", "needle"),
     [
