@@ -663,26 +663,22 @@ def schedule(
         if passes is not None:
             raise UsageError("--passes needs --watch")
         jobs = open_jobs(settings)
-        _one_pass(settings, jobs, watching=False)
+        _one_pass(settings, jobs)
         _finish(settings, jobs)
         return
     interval = _interval(watch)
     from gpupoolctl.cli import pool
+    from gpupoolctl.jobs.watch import watch as watch_loop
 
     sessions = pool.open_sessions(settings)  # one agent per host for every pass
     jobs = open_jobs(settings, run=pool.session_runner(sessions))
     done = 0
     try:
-        while True:
-            started = time.monotonic()
-            _one_pass(settings, jobs, watching=True)
-            for message in jobs.warnings:
+        for round_ in watch_loop(jobs, interval, passes):
+            _render_round(settings, round_.at, round_.events)
+            for message in round_.warnings:
                 warn(message)
-            jobs.warnings.clear()
-            done += 1
-            if passes is not None and done >= passes:
-                break
-            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+            done = round_.number
     except KeyboardInterrupt:
         notice(f"stopped after {done} pass(es)", quiet=settings.quiet)
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
@@ -726,27 +722,21 @@ def _event_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _one_pass(settings: Settings, jobs: Jobs, *, watching: bool) -> None:
+def _one_pass(settings: Settings, jobs: Jobs) -> None:
     from gpupoolctl.jobs.control import refresh
 
-    outcome = refresh(jobs)
-    if not watching:
-        emit(
-            settings,
-            data=outcome.events,
-            rows=_event_rows(outcome.events),
-            columns=SCHEDULE_COLUMNS,
-        )
-        return
-    import json
+    events = refresh(jobs).events
+    emit(settings, data=events, rows=_event_rows(events), columns=SCHEDULE_COLUMNS)
 
-    from gpupoolctl.ledger.units import format_ts, utc_now
 
-    stamp = format_ts(utc_now())
+def _render_round(settings: Settings, stamp: str, events: list[dict[str, Any]]) -> None:
+    """One round of `schedule --watch`: a JSON document per line, or a line per event."""
     if settings.resolved_output() is OutputFormat.json:
-        print(json.dumps({"at": stamp, "events": outcome.events}), flush=True)
+        import json
+
+        print(json.dumps({"at": stamp, "events": events}), flush=True)
         return
-    for row in _event_rows(outcome.events):
+    for row in _event_rows(events):
         if row.get("event") == "waiting" and settings.verbosity <= 0:
             continue  # the same every pass: shown with -v
         print(f"{stamp}  {row['event']:<15} {row.get('job') or '':<10} {row.get('detail') or ''}")
