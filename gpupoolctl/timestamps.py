@@ -44,3 +44,8 @@ def parse_ts(text: str) -> datetime:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC)
+
+
+def seconds_between(start: str, end: str) -> float:
+    """Seconds from one recorded time to another (negative when `end` is earlier)."""
+    return (parse_ts(end) - parse_ts(start)).total_seconds()

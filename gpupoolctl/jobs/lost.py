@@ -20,7 +20,6 @@ from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.jobs.service import KILL_WAIT_S, JobsCore
 from gpupoolctl.ledger import State, Transaction
 from gpupoolctl.ledger.state import fence_key
-from gpupoolctl.ledger.units import format_ts
 from gpupoolctl.policy.model import HealthPolicy
 from gpupoolctl.remote.results import TIMED_OUT, UNREACHABLE
 from gpupoolctl.sched import health
@@ -40,6 +39,7 @@ from gpupoolctl.sched.health import (
     MarkSilent,
     RequeueJob,
 )
+from gpupoolctl.timestamps import format_ts
 
 # Outcomes that say nothing reached the node. A host that answered with an error (a broken
 # agent, a full disk) is alive: its jobs are not lost, the error is reported instead.

@@ -20,7 +20,7 @@ from typing import Any
 
 from gpupoolctl.jobs.control import refresh
 from gpupoolctl.jobs.service import JobsCore
-from gpupoolctl.ledger.units import format_ts, utc_now
+from gpupoolctl.timestamps import format_ts, utc_now
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any
 
 # card_key and hive_key are imported from here by much of the house: the keys are hw.slice's.
 from gpupoolctl.hw.slice import Slice, card_key, hive_key, within_capacity
+from gpupoolctl.timestamps import seconds_between
 
 OPS = (
     "slices",
@@ -629,12 +630,6 @@ _HANDLERS = {
 # Fair share's usage halves every week (Slurm's PriorityDecayHalfLife default): last
 # month's burst weighs little against this week's.
 FAIR_SHARE_HALF_LIFE_S = 7 * 86400.0
-
-
-def seconds_between(start: str, end: str) -> float:
-    from gpupoolctl.ledger.units import parse_ts
-
-    return (parse_ts(end) - parse_ts(start)).total_seconds()
 
 
 def decayed(value: float, since: str, now: str) -> float:

@@ -31,11 +31,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol
 
 from gpupoolctl.policy import restarts
 from gpupoolctl.policy.model import HealthPolicy
+from gpupoolctl.timestamps import seconds_between
 
 LOST_REASON = "node lost"  # the automatic drain's reason starts so; only those are lifted
 # A host's answer is recorded when the last one recorded is older than this part of
@@ -372,8 +372,3 @@ def returns(
         if lifted:
             out.append(LiftDrain(host))
     return out
-
-
-def seconds_between(start: str, end: str) -> float:
-    """Seconds from one ledger time to another (both ISO-8601 UTC, as the ledger writes)."""
-    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()

@@ -25,6 +25,7 @@ from gpupoolctl.sched.health import (
     LiftDrain,
     RequeueJob,
 )
+from gpupoolctl.timestamps import seconds_between
 from tests.unit.test_sched_health import View, at, job
 
 HOSTS = ("n0", "n1", "n2", "n3")
@@ -91,7 +92,7 @@ def test_only_a_silent_host_is_lost_and_each_of_its_jobs_ends_once(
     assert not set(lost) & set(beats.answered), "a host that answers is never lost"
     assert not set(lost) & set(view.lost), "a lost host is not declared lost again"
     for declared in lost.values():
-        assert health.seconds_between(declared.since, now) >= policy.node_dead_after_s
+        assert seconds_between(declared.since, now) >= policy.node_dead_after_s
     ends = Counter(d.job for d in decisions if isinstance(d, EndJob | RequeueJob))
     assert set(ends.values()) <= {1}, "one end or requeue per job"
     of_lost = {

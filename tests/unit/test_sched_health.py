@@ -26,6 +26,7 @@ from gpupoolctl.sched.health import (
     MarkSilent,
     RequeueJob,
 )
+from gpupoolctl.timestamps import format_ts
 
 START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 POLICY = HealthPolicy(node_dead_after_s=90)
@@ -33,8 +34,7 @@ POLICY = HealthPolicy(node_dead_after_s=90)
 
 def at(seconds: float) -> str:
     """Ledger time `seconds` after START (as the ledger writes it)."""
-    moment = START + timedelta(seconds=seconds)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return format_ts(START + timedelta(seconds=seconds))
 
 
 def job(job_id: str, *hosts: str, max_restarts: int = 0, restarts: int = 0) -> dict[str, Any]:
