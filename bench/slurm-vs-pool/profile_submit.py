@@ -173,8 +173,9 @@ class _HoldTimer:
 
 
 def _counting(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn` (replay.refresh or read_ahead), counting the records it applies: the seq of the
-    state it brought up to date, after less before (a full reload counts all it read)."""
+    """`fn` (replay.refresh, read_ahead or catch_up), counting the records it applies: the
+    seq of the state it brought up to date, after less before (a full reload counts all it
+    read)."""
 
     @functools.wraps(fn)
     def counted(*args: Any, **kwargs: Any) -> Any:
@@ -182,7 +183,7 @@ def _counting(fn: Callable[..., Any]) -> Callable[..., Any]:
         before = loaded.state.seq if loaded is not None else 0
         done = fn(*args, **kwargs)
         if done is None or done is loaded:  # read ahead, or brought up to date in place
-            applied = loaded.state.seq - before
+            applied = loaded.state.seq - before if loaded is not None else 0
         else:  # reloaded from nothing: everything it read
             applied = done.state.seq - (done.snap.seq if done.snap else 0)
         PROBES._add("records_applied", 0.0, 0.0, 0.0, 0.0, count=applied)
@@ -250,6 +251,9 @@ def install() -> None:
     replay.refresh = wrap("refresh", _counting(replay.refresh))
     replay.read_ahead = _counting(replay.read_ahead)
     replay.load = wrap("full_load", replay.load)
+    # The reading done before the lock is taken (a new handle's whole replay included).
+    replay.catch_up = wrap("catch_up", _counting(replay.catch_up))
+    replay._load = wrap("whole_read", replay._load)  # locked or not: snapshot + journal
     fileio.sync = wrap("fsync", fileio.sync)
     Transaction.encoded = wrap("encode", Transaction.encoded)  # type: ignore[method-assign]
     service.JobsCore.pool = wrap("pool_view", service.JobsCore.pool)  # type: ignore[method-assign]
