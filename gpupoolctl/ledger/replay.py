@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpupoolctl.ledger import journal, snapshot, watermark
+from gpupoolctl.ledger import copies, journal, snapshot, watermark
 from gpupoolctl.ledger.errors import LedgerDamaged
 from gpupoolctl.ledger.paths import LedgerPaths
 from gpupoolctl.ledger.state import State
@@ -219,17 +219,41 @@ def catch_up(
                 if _still_current(paths, fd, ident):
                     return loaded
                 continue  # compacted meanwhile: read the new files whole
-            fresh = _load(paths, fd, stop=size, observe=observe)
+            fresh, applied = _whole(paths, fd, ident, size, observe)
             if fresh.damaged:
                 return loaded
             if _still_current(paths, fd, fresh.ident):
                 fresh.unlocked = True
+                if observe is None and applied >= KEEP_AFTER:
+                    copies.keep(str(paths.journal), fresh.ident, fresh)
                 return fresh
         except (OSError, LedgerDamaged):
             return loaded
         finally:
             os.close(fd)
     return loaded
+
+
+# A handle that read this many records (a whole replay, or the tail after a copy) keeps a
+# copy for the next new one: pickling costs about what applying a few hundred records does.
+KEEP_AFTER = 500
+
+
+def _whole(
+    paths: LedgerPaths, fd: int, ident: Ident, size: int, observe: Observer | None
+) -> tuple[Loaded, int]:
+    """A new handle's first read of the files `ident` names, without the lock: a copy of
+    the state another handle of this process read of them (copies) and the journal's bytes
+    after it, or snapshot and journal whole; and how many records it applied. A follower
+    (`observe`) hears every record, so it replays."""
+    copied = None if observe is not None else copies.take(str(paths.journal), ident)
+    if copied is not None and copied.scan.end <= size and not copied.damaged:
+        seq = copied.state.seq
+        if size > copied.scan.end:
+            _scan_appended(copied, fd, size, None)
+        return copied, copied.state.seq - seq
+    fresh = _load(paths, fd, stop=size, observe=observe)
+    return fresh, fresh.scan.records
 
 
 def _still_current(paths: LedgerPaths, fd: int, ident: Ident) -> bool:

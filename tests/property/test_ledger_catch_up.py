@@ -9,14 +9,18 @@ replay under the lock gives:
 - writes, and compactions, between the unlocked read and the locked refresh;
 - a compaction or writes at any point inside the unlocked read itself (between its steps:
   deterministic interleavings, no timing);
-- and real threads, each with its own handles, writing and compacting while others read.
+- and real threads, each with its own handles, writing and compacting while others read;
+
+each with and without copies: a new handle starting from the state another handle of the
+process read (copies) rather than from the files.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpupoolctl.ledger import Ledger, NothingFits, replay, snapshot
+from gpupoolctl.ledger import Ledger, NothingFits, copies, replay, snapshot
 from gpupoolctl.ledger.lock import FileLock
 from gpupoolctl.ledger.paths import LedgerPaths
 from gpupoolctl.sched import JobRequest
@@ -64,6 +68,20 @@ def _new_ledger(path: Path) -> Writer:
     writer = Writer(path, "w")
     writer.led.refresh_slices(["n1"], SLICES)
     return writer
+
+
+@contextmanager
+def _copies_kept(kept: bool) -> Iterator[None]:
+    """With `kept`, every handle's read that applied any record keeps a copy for the next
+    new handle of the process (copies), which then starts from it; else none is kept."""
+    copies.forget()
+    saved = replay.KEEP_AFTER
+    replay.KEEP_AFTER = 0 if kept else 10**12
+    try:
+        yield
+    finally:
+        replay.KEEP_AFTER = saved
+        copies.forget()
 
 
 def _locked_refresh(loaded: replay.Loaded | None, paths: LedgerPaths) -> tuple[Any, Any]:
@@ -115,28 +133,32 @@ def test_a_whole_read_of_a_journal_being_appended_then_the_tail_is_a_full_replay
     after=OPS,
     first_read=st.sampled_from(["none", "stale", "stale-compacted"]),
     compact=st.sampled_from(["no", "before", "between"]),
+    kept=st.booleans(),
 )
 def test_writes_and_compactions_around_an_unlocked_read_end_in_a_full_replay(
-    tmp_path_factory, before, between, after, first_read, compact
+    tmp_path_factory, before, between, after, first_read, compact, kept
 ):
     path = tmp_path_factory.mktemp("ledger") / "ledger.jsonl"
     paths = LedgerPaths(path)
     writer = _new_ledger(path)
     loaded: replay.Loaded | None = None
-    if first_read != "none":  # a handle that read once, long ago
-        loaded = _locked_refresh(None, paths)[0]
-        writer.do([0, 1])
-        if first_read == "stale-compacted":
+    with _copies_kept(kept):
+        if first_read != "none":  # a handle that read once, long ago
+            loaded = replay.catch_up(None, paths)
+            loaded = _locked_refresh(loaded, paths)[0]
+            writer.do([0, 1])
+            if first_read == "stale-compacted":
+                writer.led.compact()
+        writer.do(before)
+        if compact == "before":
             writer.led.compact()
-    writer.do(before)
-    if compact == "before":
-        writer.led.compact()
-    loaded = replay.catch_up(loaded, paths)
-    writer.do(between)
-    if compact == "between":
-        writer.led.compact()
-    writer.do(after)
-    _assert_same(*_locked_refresh(loaded, paths), tail_of=None if compact == "between" else loaded)
+        loaded = replay.catch_up(loaded, paths)
+        writer.do(between)
+        if compact == "between":
+            writer.led.compact()
+        writer.do(after)
+        refreshed, fresh = _locked_refresh(loaded, paths)
+    _assert_same(refreshed, fresh, tail_of=None if compact == "between" else loaded)
 
 
 # The steps of an unlocked read where another process may act: each call of these.
@@ -151,14 +173,18 @@ _STEPS = (("replay", "_ident"), ("snapshot", "read"), ("journal", "scan"), ("os"
     act=st.sampled_from(["compact", "write", "write+compact", "compact+write"]),
     ops=st.lists(st.integers(0, 2), min_size=1, max_size=4),
     after=OPS,
+    kept=st.booleans(),
 )
 def test_a_compaction_or_writes_inside_an_unlocked_read_end_in_a_full_replay(
-    tmp_path_factory, monkeypatch, before, stale, step, act, ops, after
+    tmp_path_factory, monkeypatch, before, stale, step, act, ops, after, kept
 ):
     path = tmp_path_factory.mktemp("ledger") / "ledger.jsonl"
     paths = LedgerPaths(path)
     writer = _new_ledger(path)
-    loaded = _locked_refresh(None, paths)[0] if stale else None
+    monkeypatch.setattr(replay, "KEEP_AFTER", 0 if kept else 10**12)
+    copies.forget()
+    first = replay.catch_up(None, paths)  # with `kept`, a copy for the next new handle
+    loaded = _locked_refresh(first, paths)[0] if stale else None
     writer.do(before)
 
     def interfere() -> None:
@@ -190,15 +216,18 @@ def test_a_compaction_or_writes_inside_an_unlocked_read_end_in_a_full_replay(
         for module, name in _STEPS:
             patch.setattr(modules[module], name, hooked(getattr(modules[module], name)))
         caught_up = replay.catch_up(loaded, paths)
+    copies.forget()
     writer.do(after)
     # One interference at most: a read it spoilt was read again, and up to date.
     _assert_same(*_locked_refresh(caught_up, paths), tail_of=caught_up)
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(4))
 def test_threads_writing_and_compacting_while_new_handles_read_agree_with_full_replays(
-    tmp_path, seed
+    tmp_path, monkeypatch, seed
 ):
+    copies.forget()
+    monkeypatch.setattr(replay, "KEEP_AFTER", 0 if seed % 2 else 10**12)  # copies kept, or not
     path = tmp_path / "ledger.jsonl"
     paths = LedgerPaths(path)
     _new_ledger(path)
@@ -242,3 +271,4 @@ def test_threads_writing_and_compacting_while_new_handles_read_agree_with_full_r
     assert not failures, failures[0]
     assert compared[0] > 0
     _assert_same(*_locked_refresh(replay.catch_up(None, paths), paths))
+    copies.forget()

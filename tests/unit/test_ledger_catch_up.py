@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpupoolctl.ledger import Ledger, LedgerBusy, replay
+from gpupoolctl.ledger import Ledger, LedgerBusy, copies, replay
 from gpupoolctl.ledger.lock import FileLock
 from gpupoolctl.ledger.paths import LedgerPaths
 from gpupoolctl.sched import JobRequest
@@ -109,14 +109,22 @@ def _by_catch_up(loaded: replay.Loaded, paths: LedgerPaths, fd: int) -> replay.L
     return replay.catch_up(loaded, paths)
 
 
+def _by_copy(loaded: replay.Loaded, paths: LedgerPaths, fd: int) -> replay.Loaded | None:
+    replay.catch_up(None, paths)  # one new handle reads it all and keeps a copy (below)
+    return replay.catch_up(None, paths)  # the next starts from that copy
+
+
 def _by_whole_catch_up(loaded: replay.Loaded, paths: LedgerPaths, fd: int) -> replay.Loaded | None:
     return replay.catch_up(None, paths)  # a new handle: snapshot and journal read whole
 
 
-@pytest.mark.parametrize("read_without_lock", [_by_read_ahead, _by_catch_up, _by_whole_catch_up])
+@pytest.mark.parametrize(
+    "read_without_lock", [_by_read_ahead, _by_catch_up, _by_whole_catch_up, _by_copy]
+)
 def test_records_cut_back_and_rewritten_after_an_unlocked_read_are_read_again(
-    tmp_path, read_without_lock: ReadWithoutLock
+    tmp_path, monkeypatch, read_without_lock: ReadWithoutLock
 ):
+    monkeypatch.setattr(replay, "KEEP_AFTER", 0)
     path = tmp_path / "ledger.jsonl"
     _pool_with_holds(path, 2)
     paths = LedgerPaths(path)
@@ -154,3 +162,55 @@ def test_a_writers_own_append_is_the_line_the_lock_checks_next(tmp_path, monkeyp
     hold(writer, JobRequest(), owner="w")  # catches up without the lock, checked under it
     assert loads == [3]  # only the other, new handle replayed (up to the hold before)
     assert writer._loaded is not None and writer._loaded.state == _ledger(path).read().state
+
+
+def test_a_new_handle_starts_from_the_state_another_handle_of_the_process_read(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "ledger.jsonl"
+    _pool_with_holds(path, 3)
+    monkeypatch.setattr(replay, "KEEP_AFTER", 4)  # the 4 records so far are enough
+    first = _ledger(path)
+    first.read()  # reads all of it, and keeps a copy
+    hold(_ledger(path, actor="o@test"), JobRequest(), owner="o")  # from the copy, + 1 record
+    loads = _counting_loads(monkeypatch)
+    second = _ledger(path)
+    view = second.read()
+    assert loads == []  # no replay: the copy, and the one record after it
+    assert view.state == Ledger(path).read().state
+    assert view.state.allocations["a-5"].owner == "o"
+    assert view.state is not first._loaded.state  # its own, to change as it writes
+    hold(second, JobRequest(), owner="s")
+    assert first.read().state == second.read().state
+
+
+def test_a_follower_replays_rather_than_copy(tmp_path, monkeypatch):
+    path = tmp_path / "ledger.jsonl"
+    _pool_with_holds(path, 3)
+    monkeypatch.setattr(replay, "KEEP_AFTER", 0)
+    _ledger(path).read()  # a copy is kept
+    heard: list[int] = []
+    follower = _ledger(path)
+    follower.follow(lambda record, state: heard.append(record["seq"]))
+    follower.read()
+    assert heard == [1, 2, 3, 4]  # every record, as a follower is promised
+
+
+def test_a_copy_of_files_since_replaced_is_not_used(tmp_path, monkeypatch):
+    path = tmp_path / "ledger.jsonl"
+    _pool_with_holds(path, 3)
+    monkeypatch.setattr(replay, "KEEP_AFTER", 0)
+    _ledger(path).read()
+    _ledger(path).compact()  # a new snapshot and journal: the copy was of the old ones
+    loads = _counting_loads(monkeypatch)
+    newcomer = _ledger(path)
+    hold(newcomer, JobRequest(), owner="n")
+    assert loads == [4]  # read whole: the snapshot (at seq 4) and its empty journal
+    assert newcomer.read().state == Ledger(path).read().state
+
+
+@pytest.fixture(autouse=True)
+def _no_copies_between_tests():
+    copies.forget()
+    yield
+    copies.forget()
