@@ -16,8 +16,12 @@ import threading
 from typing import Any
 
 _guard = threading.Lock()
-# Journal path -> (the files' identity the state was read from, the pickled state).
+# Journal path -> (the files' identity the state was read from, the pickled state), the
+# ledger kept last at the end.
 _kept: dict[str, tuple[tuple[Any, ...], bytes]] = {}
+# Ledgers a process keeps copies of, at most (the ones it kept last): a process reads one
+# ledger or a few; one that opens many (a test run) must not hold a copy of each forever.
+MAX_LEDGERS = 8
 
 
 def keep(journal: str, ident: tuple[Any, ...], loaded: Any) -> None:
@@ -25,7 +29,10 @@ def keep(journal: str, ident: tuple[Any, ...], loaded: Any) -> None:
     it replaces the copy kept before. The caller must not change `loaded` meanwhile."""
     blob = pickle.dumps(loaded, protocol=pickle.HIGHEST_PROTOCOL)
     with _guard:
+        _kept.pop(journal, None)
         _kept[journal] = (ident, blob)
+        while len(_kept) > MAX_LEDGERS:
+            del _kept[next(iter(_kept))]
 
 
 def take(journal: str, ident: tuple[Any, ...]) -> Any | None:

@@ -209,6 +209,20 @@ def test_a_copy_of_files_since_replaced_is_not_used(tmp_path, monkeypatch):
     assert newcomer.read().state == Ledger(path).read().state
 
 
+def test_a_process_keeps_copies_of_the_ledgers_it_kept_last_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(replay, "KEEP_AFTER", 0)
+    monkeypatch.setattr(copies, "MAX_LEDGERS", 2)
+    paths = [tmp_path / f"l{i}" / "ledger.jsonl" for i in range(3)]
+    for path in paths:
+        path.parent.mkdir()
+        _pool_with_holds(path, 1)
+        _ledger(path).read()  # read whole: a copy kept
+    loads = _counting_loads(monkeypatch)
+    for path in reversed(paths):
+        _ledger(path).read()
+    assert loads == [2]  # the first ledger's copy was dropped: it alone is replayed
+
+
 @pytest.fixture(autouse=True)
 def _no_copies_between_tests():
     copies.forget()
