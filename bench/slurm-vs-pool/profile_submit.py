@@ -14,9 +14,12 @@ probes it called. Per level it prints:
 - per submit (mean): calls, wall and CPU ms of each step of jobs.submitting.submit (recover,
   reap, enqueue: its own transaction, schedule, final_read) and of what they spend it on:
   lock_wait (for the ledger lock; a waiter's read-ahead included), hold_ex / hold_sh (the
-  lock held, exclusive / shared), refresh (bringing the state up to date; full_load: a
-  replay of everything, which a new ledger handle does first), records_applied (records a
-  refresh or read-ahead applied), fsync, build (the scheduling decision under the lock),
+  lock held, exclusive / shared), catch_up (reading what is new before the lock is taken;
+  whole_read: snapshot and journal read whole, with or without the lock; copy: a new
+  handle starting from the state another handle of the process read), refresh (bringing
+  the state up to date under the lock; full_load: a replay of everything there),
+  records_applied (records a catch-up, refresh or read-ahead applied; a whole read or a
+  copy counts all it holds), fsync, build (the scheduling decision under the lock),
   pass (sched.schedule_pass), pool_view, agent:poll / agent:launch (the agent sessions),
   write@STEP and read@STEP (transactions and reads, by the step that made them);
 - the same totals for the other threads;
@@ -173,8 +176,9 @@ class _HoldTimer:
 
 
 def _counting(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`fn` (replay.refresh or read_ahead), counting the records it applies: the seq of the
-    state it brought up to date, after less before (a full reload counts all it read)."""
+    """`fn` (replay.refresh, read_ahead or catch_up), counting the records it applies: the
+    seq of the state it brought up to date, after less before (a full reload counts all it
+    read, and so does a new handle's start from a copy: see the `copy` probe)."""
 
     @functools.wraps(fn)
     def counted(*args: Any, **kwargs: Any) -> Any:
@@ -182,7 +186,7 @@ def _counting(fn: Callable[..., Any]) -> Callable[..., Any]:
         before = loaded.state.seq if loaded is not None else 0
         done = fn(*args, **kwargs)
         if done is None or done is loaded:  # read ahead, or brought up to date in place
-            applied = loaded.state.seq - before
+            applied = loaded.state.seq - before if loaded is not None else 0
         else:  # reloaded from nothing: everything it read
             applied = done.state.seq - (done.snap.seq if done.snap else 0)
         PROBES._add("records_applied", 0.0, 0.0, 0.0, 0.0, count=applied)
@@ -195,7 +199,7 @@ def install() -> None:
     """Wrap the functions of the submit path where their callers look them up."""
     from gpupoolctl.jobs import launching, reaping, scheduling, service, teams
     from gpupoolctl.jobs.nodes import Nodes
-    from gpupoolctl.ledger import fileio, lock, replay
+    from gpupoolctl.ledger import copies, fileio, lock, replay
     from gpupoolctl.ledger.ledger import Ledger, Transaction
     from gpupoolctl.remote.session import SessionPool
     from gpupoolctl.stress import runner
@@ -250,6 +254,10 @@ def install() -> None:
     replay.refresh = wrap("refresh", _counting(replay.refresh))
     replay.read_ahead = _counting(replay.read_ahead)
     replay.load = wrap("full_load", replay.load)
+    # The reading done before the lock is taken (a new handle's whole replay included).
+    replay.catch_up = wrap("catch_up", _counting(replay.catch_up))
+    replay._load = wrap("whole_read", replay._load)  # locked or not: snapshot + journal
+    copies.take = wrap("copy", copies.take)  # a new handle's start from another's state
     fileio.sync = wrap("fsync", fileio.sync)
     Transaction.encoded = wrap("encode", Transaction.encoded)  # type: ignore[method-assign]
     service.JobsCore.pool = wrap("pool_view", service.JobsCore.pool)  # type: ignore[method-assign]

@@ -124,6 +124,9 @@ class Scan:
     gaps: list[Gap] = field(default_factory=list)
     declared: list[tuple[int, int]] = field(default_factory=list)  # from `repair` records
     torn: Torn | None = None
+    # (offset, crc) of the line that ends at `end`: lets a reader check that the bytes it
+    # read without the lock are still there (replay.refresh).
+    tail: tuple[int, str] | None = None
 
     def undeclared_gaps(self, declared: Iterable[tuple[int, int]] = ()) -> list[Gap]:
         ranges = [*self.declared, *declared]
@@ -169,6 +172,18 @@ def iter_buffer(data: bytes, start: int = 0) -> Iterator[tuple[int, bytes, bool]
         pos = nl + 1
     if pos < len(data):
         yield start + pos, data[pos:], False
+
+
+def last_line(data: bytes, start: int) -> tuple[int, str]:
+    """(offset, crc) of the last of the encoded records `data`, written at offset `start`:
+    the `Scan.tail` of a journal that ends with them."""
+    begin = data.rfind(b"\n", 0, len(data) - 1) + 1
+    return start + begin, data[-11:-3].decode("ascii")
+
+
+def ends_with_line(raw: bytes, crc: str) -> bool:
+    """Whether `raw` is one whole line with checksum `crc` (the bytes of a `Scan.tail`)."""
+    return raw.endswith(_CRC_KEY + crc.encode() + b'"}\n') and raw.find(b"\n") == len(raw) - 1
 
 
 def _seq_hint(line: bytes) -> int | None:
@@ -223,6 +238,7 @@ def scan(
                     on_record(record, number, offset)
             result.end = offset + length + 1
             result.lines = number
+            result.tail = (offset, str(record.get("crc", "")))
 
     for offset, raw, terminated in lines:
         line_no += 1

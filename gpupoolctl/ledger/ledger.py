@@ -370,6 +370,17 @@ class Ledger:
                 raise LedgerError(f"cannot write {self.paths.journal}: permission denied") from None
             return os.open(self.paths.journal, os.O_RDONLY | os.O_CLOEXEC)
 
+    def _catch_up(self) -> None:
+        """Before waiting for the lock, read outside it what is new (replay.catch_up): a new
+        handle's replay of the whole journal, or of a compaction's new files, then never
+        holds the lock that every writer waits for, and under it only the records appended
+        meanwhile are left to read."""
+        try:
+            self._loaded = replay.catch_up(self._loaded, self.paths, self.observe)
+        except BaseException:
+            self._loaded = None  # interrupted half-way: the state may not match its scan
+            raise
+
     def _refresh(self, fd: int | None, st: os.stat_result | None = None) -> replay.Loaded:
         try:
             self._loaded = replay.refresh(self._loaded, self.paths, fd, self.observe, st)
@@ -435,6 +446,7 @@ class Ledger:
         if not self.paths.exists():
             self._check_can_exist()
             return View(State(), now)
+        self._catch_up()
         with self._lock.shared():
             fd = self._open_journal(create=False)
             try:
@@ -477,6 +489,7 @@ class Ledger:
         """Hold the write lock with the journal open, the state current and the tail clean."""
         if self._journal is None:  # the first write of this process: the folder may be new
             ensure_folder(self.paths.folder, create=self.is_default)
+        self._catch_up()
         with self._lock.exclusive(self._read_ahead):
             try:
                 fd, st = self._journal_for_writing()
@@ -587,6 +600,7 @@ class Ledger:
                 first = tx.records[0]
                 scan.first_offset, scan.first_seq, scan.first_ts = scan.end, first["seq"], tx.now
             scan.last_ts = tx.now
+            scan.tail = journal.last_line(data, scan.end)
             scan.end += len(data)
             scan.lines += len(tx.records)
             scan.records += len(tx.records)

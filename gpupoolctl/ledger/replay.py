@@ -3,6 +3,13 @@
 A long-lived process (a scheduler, the benchmark) re-reads only the bytes appended since its
 last look; a full reload happens when the journal or snapshot was replaced (compaction,
 repair) or when damage was seen.
+
+Most of the reading happens without the lock (`catch_up`, `read_ahead`): a new reader's
+replay of the whole journal would otherwise hold the lock every writer waits for. What was
+read that way is a guess that the refresh under the lock confirms or throws away: the same
+files (identity), at least as long, and the last line read still there, byte for byte (a
+writer whose append failed cuts the journal back, and the next may write other records
+where those were).
 """
 
 from __future__ import annotations
@@ -12,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gpupoolctl.ledger import journal, snapshot, watermark
+from gpupoolctl.ledger import copies, journal, snapshot, watermark
+from gpupoolctl.ledger.errors import LedgerDamaged
 from gpupoolctl.ledger.paths import LedgerPaths
 from gpupoolctl.ledger.state import State
 
@@ -35,6 +43,9 @@ class Loaded:
     scan: journal.Scan
     ident: Ident
     size: int
+    # Some of `scan` was read without the lock: the refresh under the lock checks its last
+    # line (scan.tail) before trusting it.
+    unlocked: bool = False
 
     @property
     def snapshot_seq(self) -> int:
@@ -157,14 +168,100 @@ def refresh(
         or ident != loaded.ident
         or size < loaded.scan.end
         or loaded.damaged
+        or (loaded.unlocked and not _tail_intact(loaded, fd))
     ):
         return load(paths, fd, observe)
+    loaded.unlocked = False
     if size == loaded.scan.end:
         loaded.scan.torn = None
         loaded.size = size
         return loaded
     _scan_appended(loaded, fd, size, observe)
     return _settled(loaded, paths, fd, observe)
+
+
+def _tail_intact(loaded: Loaded, fd: int) -> bool:
+    """Whether the journal still holds the last line `loaded` read, where it read it."""
+    tail = loaded.scan.tail
+    if tail is None:
+        return loaded.scan.end == 0
+    offset, crc = tail
+    return journal.ends_with_line(os.pread(fd, loaded.scan.end - offset, offset), crc)
+
+
+# Tries at an unlocked full read before leaving it to the lock: each fails only when a
+# compaction or repair replaced a file while it read.
+CATCH_UP_TRIES = 3
+
+
+def catch_up(
+    loaded: Loaded | None, paths: LedgerPaths, observe: Observer | None = None
+) -> Loaded | None:
+    """Before taking the lock: bring `loaded` (None: nothing read yet) up to what the files
+    hold now, without the lock, and return the state to keep. The same files grown: only
+    the new bytes are read. A first read, or files replaced (compaction, repair): snapshot
+    and journal are read whole, then again if either was replaced meanwhile. The refresh
+    under the lock then reads only what was appended since, and reloads if the files are
+    not those read here (see the module's note). Damage, a missing or unreadable file, or a
+    race lost CATCH_UP_TRIES times: `loaded` as it was, for the locked path to decide."""
+    for _ in range(CATCH_UP_TRIES):
+        try:
+            fd = os.open(paths.journal, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return loaded
+        try:
+            ident, size = _ident(paths, fd)
+            if loaded is not None and ident == loaded.ident:
+                if size <= loaded.scan.end or loaded.damaged:
+                    return loaded
+                _scan_appended(loaded, fd, size, observe)
+                loaded.unlocked = True
+                if _still_current(paths, fd, ident):
+                    return loaded
+                continue  # compacted meanwhile: read the new files whole
+            fresh, applied = _whole(paths, fd, ident, size, observe)
+            if fresh.damaged:
+                return loaded
+            if _still_current(paths, fd, fresh.ident):
+                fresh.unlocked = True
+                if observe is None and applied >= KEEP_AFTER:
+                    copies.keep(str(paths.journal), fresh.ident, fresh)
+                return fresh
+        except (OSError, LedgerDamaged):
+            return loaded
+        finally:
+            os.close(fd)
+    return loaded
+
+
+# A handle that read this many records (a whole replay, or the tail after a copy) keeps a
+# copy for the next new one: pickling costs about what applying a few hundred records does.
+KEEP_AFTER = 500
+
+
+def _whole(
+    paths: LedgerPaths, fd: int, ident: Ident, size: int, observe: Observer | None
+) -> tuple[Loaded, int]:
+    """A new handle's first read of the files `ident` names, without the lock: a copy of
+    the state another handle of this process read of them (copies) and the journal's bytes
+    after it, or snapshot and journal whole; and how many records it applied. A follower
+    (`observe`) hears every record, so it replays."""
+    copied = None if observe is not None else copies.take(str(paths.journal), ident)
+    if copied is not None and copied.scan.end <= size and not copied.damaged:
+        seq = copied.state.seq
+        if size > copied.scan.end:
+            _scan_appended(copied, fd, size, None)
+        return copied, copied.state.seq - seq
+    fresh = _load(paths, fd, stop=size, observe=observe)
+    return fresh, fresh.scan.records
+
+
+def _still_current(paths: LedgerPaths, fd: int, ident: Ident) -> bool:
+    """After a read without the lock: whether the files are still those `ident` names
+    (the snapshot as it was, the journal `fd` still the file at P), so that neither was
+    replaced while it was read."""
+    st = os.stat(paths.journal)
+    return _ident(paths, fd)[0] == ident and (st.st_dev, st.st_ino) == ident[:2]
 
 
 def read_ahead(loaded: Loaded, fd: int, observe: Observer | None = None) -> None:
@@ -181,6 +278,7 @@ def read_ahead(loaded: Loaded, fd: int, observe: Observer | None = None) -> None
     if (st.st_dev, st.st_ino) != loaded.ident[:2] or st.st_size <= loaded.scan.end:
         return
     _scan_appended(loaded, fd, st.st_size, observe)
+    loaded.unlocked = True
 
 
 def _scan_appended(loaded: Loaded, fd: int, size: int, observe: Observer | None) -> None:
@@ -200,6 +298,7 @@ def _scan_appended(loaded: Loaded, fd: int, size: int, observe: Observer | None)
     old.bad.extend(more.bad)
     old.gaps.extend(more.gaps)
     old.torn = more.torn
+    old.tail = more.tail or old.tail
     old.records += more.records
     if old.first_offset is None:
         old.first_offset, old.first_seq, old.first_ts = (
