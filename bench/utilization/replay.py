@@ -60,6 +60,8 @@ class Run:
     rebuilds: int = 0  # PoolViews built because the slice set changed
     rebuild_s: float = 0.0  # wall-clock seconds those builds took
     pass_s: float = 0.0  # wall-clock seconds in schedule_pass
+    # Per pass: (virtual seconds, entries queued when it began, wall-clock seconds it took)
+    pass_log: list[tuple[float, int, float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -317,7 +319,9 @@ def replay(
         if inputs is not None:
             inputs = replace(inputs, changed=changed, blocked=blocked_cards(recutting))
         result = schedule_pass(entries, view, clock, policy, elastic=inputs)
-        run.pass_s += time.perf_counter() - began
+        took = time.perf_counter() - began
+        run.pass_s += took
+        run.pass_log.append((now, len(entries), took))
         run.passes += 1
         for entry, placement in result.placed:
             job = by_id[entry.id]
