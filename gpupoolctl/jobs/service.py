@@ -62,8 +62,10 @@ class Outcome:
 
 class JobsCore:
     """The ledger, the nodes and the decisions every job step shares: records, placement,
-    the elastic inputs. The steps themselves (submit, launch, reap, schedule, stop) are
-    modules above this one; gpupoolctl.jobs.Jobs puts the two together."""
+    the elastic inputs. The steps themselves are modules above this one, each a function
+    of it (jobs.submitting.submit, jobs.launching.launch, jobs.reaping.reap,
+    jobs.scheduling.schedule, jobs.cancelling.cancel, ...), so no step module imports
+    another through a class. `gpupoolctl.jobs.Jobs` is this class."""
 
     def __init__(
         self,
@@ -427,3 +429,7 @@ def find(jobs: JobsCore, job_id: str) -> dict[str, Any]:
     if job is None:
         raise NoSuchJob(f"no job {job_id!r} (see `gpupoolctl jobs --all`)")
     return job
+
+
+# The name the CLI, the stress backend and the tests use for the one object they drive.
+Jobs = JobsCore
