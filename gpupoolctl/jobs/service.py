@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.jobs.errors import JobError, NoSuchJob
 from gpupoolctl.jobs.nodes import Call, Nodes
+from gpupoolctl.jobs.repartition import Unanswered
 from gpupoolctl.jobs.spec import JobSpec
 from gpupoolctl.ledger import Ledger, State, Transaction, View
 from gpupoolctl.ledger.units import parse_ts
@@ -97,6 +98,8 @@ class JobsCore:
         self.last_heard: dict[str, str] = {}
         self.hosts_failed = False
         self._unrecorded: list[dict[str, Any]] = []  # slices read for a dry run only
+        # This loop's re-cuts whose partition request got no answer (jobs.repartition).
+        self.unanswered = Unanswered()
 
     # -- helpers ----------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.errors import GpupoolError
 from gpupoolctl.jobs import Jobs, Nodes
+from gpupoolctl.jobs.repartition import Unanswered
 from gpupoolctl.ledger.state import JOB_TERMINAL
 from gpupoolctl.stress.backend import Finished, SubmitRefused, Ticket, Work
 
@@ -232,6 +233,7 @@ class PoolBackend:
         self.timeline = Timeline()
         self._stderr_warned = False
         self._node_events: list[dict[str, Any]] = []  # NODE_EVENTS, each with "seen"
+        self._unanswered = Unanswered()  # shared by every Jobs of this backend (_new_jobs)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -247,6 +249,9 @@ class PoolBackend:
             policy=self._policy,
             in_hosts=self._in_hosts,
         )
+        # One loop however many Jobs serve it: a re-cut's unanswered request is known to
+        # whichever thread's Jobs runs the next pass.
+        jobs.unanswered = self._unanswered
         return jobs, meter
 
     @contextlib.contextmanager
