@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpupoolctl.sched import shares as share_rules
 from gpupoolctl.sched.entry import QueueEntry
@@ -209,10 +209,10 @@ class PassState:
         return self.elastic is not None and self.elastic.policy.enabled
 
 
-@dataclass(frozen=True)
-class Turn:
+class Turn(NamedTuple):
     """One entry's turn in the pass: its placement policy, its team (with teams only), the
-    key its answer is remembered by, and whether it is the borrowers' second round."""
+    key its answer is remembered by, and whether it is the borrowers' second round. (A
+    tuple: one is made per entry per pass, on queues of thousands.)"""
 
     entry: QueueEntry
     how: str
