@@ -254,7 +254,7 @@ def reasons_ms(path: Path) -> float:
     """The scheduler's dry pass over the synthetic queue, as top asks it."""
     from gpupoolctl.cli.handles import open_jobs
     from gpupoolctl.cli.settings import OutputFormat, Settings
-    from gpupoolctl.jobs.control import waiting_reasons
+    from gpupoolctl.jobs.dryrun import waiting_reasons
 
     settings = Settings(
         inventory=None,

@@ -3,7 +3,7 @@ slices (free, held and by whom, being re-cut, drained, failed), the running jobs
 head with each entry's reason for waiting, recent events and utilization over the last hour.
 
 `build_frame` is pure: the caller brings the ledger's state (board.follow), why queued jobs
-wait (the scheduler's own dry pass, gpupoolctl.jobs.control.waiting_reasons) and, when it
+wait (the scheduler's own dry pass, gpupoolctl.jobs.dryrun.waiting_reasons) and, when it
 asked the nodes, their facts. Every view (`top`, `top --once`, `pool --html`) draws this.
 """
 

@@ -334,9 +334,11 @@ def submit(
         if isinstance(result, NoFit) and result.never:
             raise NeverFits(f"the pool can never satisfy this request: {result.reason}")
         return
-    outcome = jobs.submit(spec)
+    from gpupoolctl.jobs.submitting import submit
+
+    outcome = submit(jobs, spec)
     job_id = str(outcome.job_id)
-    from gpupoolctl.jobs.control import find
+    from gpupoolctl.jobs.service import find
 
     record = find(jobs, job_id)
     for event in outcome.events:
@@ -471,7 +473,7 @@ def _render_plan(settings: Settings, result: Any) -> None:
 def _follow(settings: Settings, jobs: Jobs, job_id: str) -> int:
     """Stream the job's stdout and stderr to ours until it ends (running the queue while it
     waits)."""
-    from gpupoolctl.jobs.control import Ended, FollowWarning, Waiting, follow
+    from gpupoolctl.jobs.following import Ended, FollowWarning, Waiting, follow
 
     show = settings.resolved_output() is OutputFormat.table
     first_wait = True
@@ -515,7 +517,7 @@ def _follow(settings: Settings, jobs: Jobs, job_id: str) -> int:
 
 def _say_followed_node(settings: Settings, jobs: Jobs, job_id: str) -> None:
     """--wait shows the first node's output: say so when the job has more than one."""
-    from gpupoolctl.jobs.control import find
+    from gpupoolctl.jobs.service import find
 
     names = [str(n["host"]) for n in find(jobs, job_id).get("nodes") or []]
     if len(names) > 1:
@@ -527,7 +529,7 @@ def _say_followed_node(settings: Settings, jobs: Jobs, job_id: str) -> None:
 
 
 def find_state(jobs: Jobs, job_id: str) -> str:
-    from gpupoolctl.jobs.control import find
+    from gpupoolctl.jobs.service import find
 
     try:
         return str(find(jobs, job_id).get("state"))
@@ -582,8 +584,9 @@ def jobs_list(
     ledger = open_ledger(settings)
     if _listed_from_ledger(settings, ledger, everything=everything):
         return
-    from gpupoolctl.jobs.control import refresh, waiting_reasons
+    from gpupoolctl.jobs.dryrun import waiting_reasons
     from gpupoolctl.jobs.listing import recent
+    from gpupoolctl.jobs.refreshing import refresh
 
     jobs = open_jobs(settings, ledger=ledger)  # it reads only what was appended since
     if not no_refresh:
@@ -652,7 +655,7 @@ def schedule(
     if dry_run:
         if watch is not None or passes is not None:
             raise UsageError("--dry-run shows one pass: not with --watch or --passes")
-        from gpupoolctl.jobs.control import dry_pass
+        from gpupoolctl.jobs.dryrun import dry_pass
 
         jobs = open_jobs(settings)
         events = dry_pass(jobs)
@@ -723,7 +726,7 @@ def _event_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _one_pass(settings: Settings, jobs: Jobs) -> None:
-    from gpupoolctl.jobs.control import refresh
+    from gpupoolctl.jobs.refreshing import refresh
 
     events = refresh(jobs).events
     emit(settings, data=events, rows=_event_rows(events), columns=SCHEDULE_COLUMNS)
@@ -763,7 +766,7 @@ def logs(
     With --backend slurm: the file Slurm writes it to (scontrol's StdOut, by default
     slurm-<id>.out where it was submitted), read on this machine: a shared or local folder.
     Without sbatch --error, stderr is in the same file."""
-    from gpupoolctl.jobs.control import FOLLOW_INTERVAL_S
+    from gpupoolctl.jobs.following import FOLLOW_INTERVAL_S
 
     settings: Settings = ctx.obj
     stream = "stderr" if stderr else "stdout"
@@ -790,7 +793,7 @@ def logs(
         # Slurm asks clients not to poll slurmctld in tight loops: start slower.
         intervals = slurm_jobs.WAIT_INTERVAL_S
     else:
-        from gpupoolctl.jobs.control import logs as read_logs
+        from gpupoolctl.jobs.logs import logs as read_logs
 
         jobs = open_jobs(settings)
 
@@ -834,7 +837,7 @@ def _where_else(
 ) -> None:
     """Say which node's output was shown when the job has several, and where the stderr of
     a job that failed is, when stdout was shown (stderr on stderr: stdout stays the job's)."""
-    from gpupoolctl.jobs.control import find
+    from gpupoolctl.jobs.service import find
 
     job = find(jobs, job_id)
     names = [str(n["host"]) for n in job.get("nodes") or []]
@@ -886,7 +889,7 @@ def cancel(
 
     With --backend slurm: scancel JOB, then its state once Slurm settled it (exit 1 when the
     job had already ended, or when Slurm did not confirm its end within 15 s)."""
-    from gpupoolctl.jobs.control import cancel as cancel_job
+    from gpupoolctl.jobs.cancelling import cancel as cancel_job
 
     settings: Settings = ctx.obj
     if _backend(backend) == "slurm":
@@ -896,7 +899,7 @@ def cancel(
         return
     jobs = open_jobs(settings)
     if forget:
-        from gpupoolctl.jobs.control import forget as forget_job
+        from gpupoolctl.jobs.cancelling import forget as forget_job
         from gpupoolctl.ledger import current_user
 
         job = forget_job(jobs, job_id, who=current_user())

@@ -103,7 +103,7 @@ class FrameSource:
         # asked when the ledger moved, at most every REASONS_AT_MOST_EVERY_S, and every
         # REASONS_EVERY_S anyway (a batch window or a back-off ends without a record).
         if (moved and since >= REASONS_AT_MOST_EVERY_S) or since >= REASONS_EVERY_S:
-            from gpupoolctl.jobs.control import waiting_reasons
+            from gpupoolctl.jobs.dryrun import waiting_reasons
 
             try:
                 self._reasons = waiting_reasons(self._jobs_core(), view)

@@ -21,7 +21,7 @@ transaction, so a crash between two steps leaves a state the next recovery pass 
                        the launch, and when it ended: job {state: cancelled, exit_code} +
                        release
 
-Recovery (`Jobs.recover`, run first by submit, jobs and schedule): a pending job whose
+Recovery (`jobs.reaping.recover`, run first by submit, jobs and schedule): a pending job whose
 submitter is gone is settled on its node with a fencing poll (which claims the job id there
 so a launch still in flight can no longer start it): launched -> running (then reaped as
 usual); not launched -> slices released and the job queued again. A pending job never
@@ -34,10 +34,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpupoolctl.jobs.api import Jobs
     from gpupoolctl.jobs.errors import JobError, NeverFits, NoSuchJob
     from gpupoolctl.jobs.nodes import Nodes
-    from gpupoolctl.jobs.service import JobsCore, Outcome
+    from gpupoolctl.jobs.service import Jobs, JobsCore, Outcome
     from gpupoolctl.jobs.spec import JobSpec
 
 # Loaded on first use (PEP 562): a command that only lists jobs from the ledger
@@ -45,7 +44,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "JobError": "gpupoolctl.jobs.errors",
     "JobSpec": "gpupoolctl.jobs.spec",
-    "Jobs": "gpupoolctl.jobs.api",
+    "Jobs": "gpupoolctl.jobs.service",
     "JobsCore": "gpupoolctl.jobs.service",
     "NeverFits": "gpupoolctl.jobs.errors",
     "NoSuchJob": "gpupoolctl.jobs.errors",

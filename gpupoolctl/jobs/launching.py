@@ -101,7 +101,7 @@ def launch(jobs: JobsCore, job: dict[str, Any]) -> dict[str, Any]:
     if refused.stale:  # after the release: no hold is left on a slice that goes away
         jobs.read_slices(sorted(refused.stale))
     if recorded.get("state") == "running" and recorded.get("cancel"):
-        # Cancelled while it was being launched (see control.cancel): stop it now.
+        # Cancelled while it was being launched (see cancelling.cancel): stop it now.
         return stopping.stop_cancelled(jobs, recorded)
     return recorded
 

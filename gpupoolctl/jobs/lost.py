@@ -8,7 +8,7 @@ poll (a host that did not answer for the transport's reasons is silent; one that
 with an error is alive), records each decision in order in one transaction per step, and
 makes the agent calls (SIGKILL a fenced run that still runs). The poll is the reaper's
 (jobs.reaping); a launch that could not reach a host marks it silent (jobs.launching);
-`cancel --forget` fences the runs of the job it forgets (jobs.control).
+`cancel --forget` fences the runs of the job it forgets (jobs.cancelling).
 """
 
 from __future__ import annotations

@@ -38,9 +38,37 @@ if TYPE_CHECKING:
     from gpupoolctl.sched.elastic import Recut
 
 
+# A re-cut whose partition request got no answer (timed out, connection lost) may still be
+# running on its node: the loop that sent it keeps it reserved at least this long
+# (partition apply's own limit) before a recovery may ask the node.
+SETTLE_S = 900.0
+
+
+@dataclass
+class Unanswered:
+    """The reservations whose partition request got no answer, by id, with when
+    (time.time()). Owned by the loop that sent the requests (a JobsCore, a CardWork): its
+    later calls leave such a card reserved for SETTLE_S, while its node may still be at it.
+    Two loops in one process (tests, benchmarks) each have their own."""
+
+    since: dict[str, float] = field(default_factory=dict)
+
+    def mark(self, reservation_id: str, now: float) -> None:
+        self.since[reservation_id] = now
+
+    def forget(self, reservation_id: str) -> None:
+        self.since.pop(reservation_id, None)
+
+    def settling(self, reservation_id: str, now: float) -> bool:
+        """Whether the reservation's request went unanswered less than SETTLE_S ago."""
+        asked = self.since.get(reservation_id)
+        return asked is not None and now - asked < SETTLE_S
+
+
 class Work(Protocol):
-    """What the executor needs: the ledger (None: none is kept), the nodes, and where its
-    warnings go (a JobsCore is one; CardWork is one for `partition`)."""
+    """What the executor needs: the ledger (None: none is kept), the nodes, where its
+    warnings go, and the loop's own record of requests that got no answer (a JobsCore is
+    one; CardWork is one for `partition`)."""
 
     @property
     def ledger(self) -> Ledger | None: ...
@@ -51,6 +79,9 @@ class Work(Protocol):
     @property
     def warnings(self) -> list[str]: ...
 
+    @property
+    def unanswered(self) -> Unanswered: ...
+
     def warn(self, message: str) -> None: ...
 
 
@@ -59,6 +90,7 @@ class CardWork:
     ledger: Ledger | None
     nodes: Nodes
     warnings: list[str] = field(default_factory=list)
+    unanswered: Unanswered = field(default_factory=Unanswered)
 
     def warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -144,15 +176,7 @@ def reserve_card(
     )  # fmt: skip
 
 
-# A re-cut whose partition request got no answer (timed out, connection lost) may still be
-# running on its node: this process keeps it reserved at least this long (partition apply's
-# own limit) before a recovery may ask the node.
-SETTLE_S = 900.0
-# Reservations of this process whose partition request got no answer (id -> when).
-_UNANSWERED: dict[str, float] = {}
-
-
-def _abandoned(record: Mapping[str, Any], now: float) -> bool:
+def _abandoned(record: Mapping[str, Any], now: float, unanswered: Unanswered) -> bool:
     who = record.get("by") or {}
     if (
         reservations.made_here(record)
@@ -162,8 +186,7 @@ def _abandoned(record: Mapping[str, Any], now: float) -> bool:
         # Ours, from an earlier call of this thread (`schedule --watch`): a call closes what
         # it reserves unless its node could not be read afterwards, or did not answer the
         # request (then the node may still be at it: wait SETTLE_S).
-        asked = _UNANSWERED.get(str(record["id"]))
-        return asked is None or now - asked >= SETTLE_S
+        return not unanswered.settling(str(record["id"]), now)
     return reservations.maker_gone(record, now)
 
 
@@ -178,7 +201,7 @@ def recover(work: Work) -> list[dict[str, Any]]:
         return []
     state = work.ledger.read().state
     now = time.time()
-    stale = [r for r in state.reshapes.values() if _abandoned(r, now)]
+    stale = [r for r in state.reshapes.values() if _abandoned(r, now, work.unanswered)]
     if not stale:
         return []
     hosts = sorted({str(r["host"]) for r in stale})
@@ -243,7 +266,7 @@ def carry_out(
             # No answer is not a rollback: the node may still be changing the cards.
             for item in request.reserved:
                 unanswered.add(item.id)
-                _UNANSWERED[item.id] = time.time()
+                work.unanswered.mark(item.id, time.time())
             work.warn(
                 f"{request.host}: the partition request got no answer ({answer.outcome}: "
                 f"{answer.error}); its cards stay reserved until the node can be read and "
@@ -285,7 +308,7 @@ def close(work: Work, reserved: Sequence[Reserved], errors: Mapping[str, str]) -
     def build(tx: Transaction) -> list[dict[str, Any]]:
         events = []
         for item in reserved:
-            _UNANSWERED.pop(item.id, None)
+            work.unanswered.forget(item.id)
             if item.id not in tx.state.reshapes:
                 continue  # closed by someone else (a recovery)
             error = errors.get(item.id)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.jobs.errors import JobError, NoSuchJob
 from gpupoolctl.jobs.nodes import Call, Nodes
+from gpupoolctl.jobs.repartition import Unanswered
 from gpupoolctl.jobs.spec import JobSpec
 from gpupoolctl.ledger import Ledger, State, Transaction, View
 from gpupoolctl.ledger.units import parse_ts
@@ -62,8 +63,10 @@ class Outcome:
 
 class JobsCore:
     """The ledger, the nodes and the decisions every job step shares: records, placement,
-    the elastic inputs. The steps themselves (submit, launch, reap, schedule, stop) are
-    modules above this one; gpupoolctl.jobs.Jobs puts the two together."""
+    the elastic inputs. The steps themselves are modules above this one, each a function
+    of it (jobs.submitting.submit, jobs.launching.launch, jobs.reaping.reap,
+    jobs.scheduling.schedule, jobs.cancelling.cancel, ...), so no step module imports
+    another through a class. `gpupoolctl.jobs.Jobs` is this class."""
 
     def __init__(
         self,
@@ -95,6 +98,8 @@ class JobsCore:
         self.last_heard: dict[str, str] = {}
         self.hosts_failed = False
         self._unrecorded: list[dict[str, Any]] = []  # slices read for a dry run only
+        # This loop's re-cuts whose partition request got no answer (jobs.repartition).
+        self.unanswered = Unanswered()
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -427,3 +432,7 @@ def find(jobs: JobsCore, job_id: str) -> dict[str, Any]:
     if job is None:
         raise NoSuchJob(f"no job {job_id!r} (see `gpupoolctl jobs --all`)")
     return job
+
+
+# The name the CLI, the stress backend and the tests use for the one object they drive.
+Jobs = JobsCore

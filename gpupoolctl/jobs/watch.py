@@ -3,7 +3,7 @@
     for round in watch(jobs, interval_s=15.0, passes=None):   # until the caller stops
         render(round.at, round.events); report(round.warnings)
 
-Each round is one `refresh` (recover, reap, place, launch: jobs.control), then a wait for
+Each round is one `refresh` (recover, reap, place, launch: jobs.refreshing), then a wait for
 what is left of the interval: a pass that takes longer than the interval is followed at
 once, never twice at a time. The caller renders each round as it comes and stops the loop
 by leaving it (Ctrl-C: KeyboardInterrupt goes through). The clock and the sleep are
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpupoolctl.jobs.control import refresh
+from gpupoolctl.jobs.refreshing import refresh
 from gpupoolctl.jobs.service import JobsCore
 from gpupoolctl.timestamps import format_ts, utc_now
 

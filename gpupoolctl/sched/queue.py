@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpupoolctl.sched import shares as share_rules
 from gpupoolctl.sched.entry import QueueEntry
@@ -140,183 +140,334 @@ def schedule_pass(
     `shares`: teams' quotas (limits, borrowing, reclaim) and fair-share order (sched.shares).
     `foresee` (with `elastic`): also the re-cut a later pass makes for work this one leaves
     waiting, and when (`upcoming`: what its reason tells; sched.elastic.foresee_recuts).
+
+    The stages, each a function over one PassState: the queue in order (`_in_two_rounds`);
+    for each entry, a restart's back-off (`_backing_off`), then `_try_to_place`; when
+    nothing fits, `_nothing_fits`: clearing (`_plan_clearing`), reclaim (`_reclaim`),
+    preemption (`_preempt`), the merge kept (`_keep_for_clearing`) and the aging
+    reservation (`_reserve_for_starving`); at the end, the re-cuts (`_plan_recuts`).
     """
-    result = PassResult()
-    # The pass only ever takes slices, so a request that did not fit cannot fit later in the
-    # same pass: identical requests (priority aside) reuse the answer.
-    failed: dict[tuple[Any, ...], NoFit] = {}  # (request shape, policy, team) -> answer
-    reserved: list[str] = []
-    mine: set[str] = set()  # holds placed by this pass: never preemption victims
-    backing_off: set[str] = set()  # restarts whose back-off has not passed: not re-cut for
-    elastic_on = elastic is not None and elastic.policy.enabled
     usage = share_rules.Usage.of_pool(pool, shares) if shares is not None else None
-    at_limit: set[str] = set()  # waiting for their team's quota: no re-cut for them
-    unclearable: set[tuple[Any, ...]] = set()  # request keys no clearing plan can serve
-    planned: dict[str, list[dict[str, Any]]] = {}  # team -> what its clearing plans will hold
-    starving: dict[str, str] = {}  # GPU key -> the starving entry an aging reservation kept it for
+    state = PassState(pool, now, policy, interval, cap, preempt, no_preempt, elastic, usage)
+    try:
+        for turn in _in_two_rounds(state, entries):
+            if _backing_off(state, turn.entry):
+                continue
+            nofit = _try_to_place(state, turn)
+            if nofit is not None and _nothing_fits(state, turn, nofit):
+                break  # victims chosen: what follows is decided again once they are gone
+    finally:
+        _give_back_reserved(state)
+    if state.elastic_on and state.result.preempt is None:
+        _plan_recuts(state, foresee=foresee)
+    return state.result
+
+
+# The answers a pass remembers are keyed on (request shape, placement policy, team).
+ShapeKey = tuple[Any, ...]
+
+
+@dataclass
+class PassState:
+    """One pass: its inputs (read only), what it has decided so far (`result`), and what it
+    remembers from one entry to the next. Every stage reads and changes this, nothing else
+    (besides the holds it places on `pool`)."""
+
+    pool: PoolView
+    now: datetime
+    policy: str
+    interval: timedelta
+    cap: int
+    preempt: bool
+    no_preempt: frozenset[str]
+    elastic: ElasticInputs | None
+    usage: share_rules.Usage | None  # with teams: their usage, counting this pass's holds
+    result: PassResult = field(default_factory=PassResult)
+    # The pass only ever takes slices, so a request that did not fit cannot fit later in the
+    # same pass: identical requests (priority aside) reuse the answer. (bench/utilization's
+    # queue trimming relies on it: only the first NoFit of a shape matters.)
+    failed: dict[ShapeKey, NoFit] = field(default_factory=dict)
+    # Slices taken out of the pool for the rest of the pass (aging reservations, cards kept
+    # from borrowers), given back at its end.
+    reserved: list[str] = field(default_factory=list)
+    mine: set[str] = field(default_factory=set)  # holds placed by this pass: never victims
+    backing_off: set[str] = field(default_factory=set)  # restarts in back-off: not re-cut for
+    at_limit: set[str] = field(default_factory=set)  # waiting for their team's quota: idem
+    unclearable: set[ShapeKey] = field(default_factory=set)  # no clearing plan serves these
+    planned: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # team -> what
+    # its clearing plans will hold
+    starving: dict[str, str] = field(default_factory=dict)  # GPU key -> the starving entry
+    # an aging reservation kept it for
     # With teams, work that would borrow goes after all work within its team's nominal
     # (Kueue's order): else a borrower of higher priority takes what a reclaim freed for a
     # guaranteed job, and the next pass reclaims it again. Borrowers wait for a second round.
-    deferred: list[QueueEntry] = []
-    borrowing: set[tuple[Any, ...]] = set()  # request keys whose placement borrowed
+    deferred: list[QueueEntry] = field(default_factory=list)
+    borrowing: set[ShapeKey] = field(default_factory=set)  # shapes whose placement borrowed
 
-    def in_two_rounds() -> Iterator[tuple[QueueEntry, bool]]:
-        for first in _in_order(entries, now, interval, cap, usage):
-            yield first, False
-        # Cards kept for the merge of work within its nominal (sched.clearing) are not
-        # lent: work that would borrow does not get their free slices.
-        for card_key in result.kept_for:
-            for sid in elastic.cards[card_key].slices if elastic is not None else ():
-                if pool.is_free(sid):
-                    pool.take(sid)
-                    reserved.append(sid)
-        for later in deferred:  # read once the first round is over
-            yield later, True
+    @property
+    def elastic_on(self) -> bool:
+        return self.elastic is not None and self.elastic.policy.enabled
 
-    try:
-        for entry, second_round in in_two_rounds():
-            if entry.not_before is not None and entry.not_before > now:
-                # A restart waiting out its back-off: not placed, no victims, no slices
-                # reserved, no re-cut made for it; it only waits.
-                left = math.ceil((entry.not_before - now).total_seconds())
-                result.waiting.append((entry, NoFit(backoff_reason(left), never=False)))
-                backing_off.add(entry.id)
-                continue
-            how = entry.policy or policy
-            team = entry.request.team if usage is not None else None
-            key = (entry.request.shape_key(), how, team)
-            if not second_round and key in borrowing:
-                deferred.append(entry)
-                continue
-            outcome = failed.get(key)
-            if outcome is None:
-                if usage is not None and team is not None:
-                    outcome = share_rules.place_for_team(
-                        team,
-                        entry.request,
-                        pool,
-                        usage,
-                        partial(_place, entry.request, pool, how, elastic, now),
-                        partial(_recut_reach, entry.request, elastic, pool) if elastic_on else None,
-                    )
-                else:
-                    outcome = _place(entry.request, pool, how, elastic, now)
-            if isinstance(outcome, Placement):
-                borrowed = False
-                if usage is not None and team is not None:
-                    taken = [pool.slices[s] for s in outcome.slices]
-                    borrowed = share_rules.borrows(team, taken, usage)
-                    if borrowed and not second_round:
-                        borrowing.add(key)
-                        deferred.append(entry)
-                        continue
-                    usage.change(team, taken, +1)
-                    if borrowed:
-                        result.borrowed.add(entry.id)
-                pool.hold(
-                    outcome.slices,
-                    Holder(
-                        alloc=entry.id,
-                        owner=entry.owner,
-                        slices=tuple(outcome.slices),
-                        job=entry.job,
-                        priority=entry.request.priority,
-                        preemptible=entry.request.preemptible,
-                        team=team,
-                        borrowed=borrowed,
-                    ),
-                )
-                mine.add(entry.id)
-                result.placed.append((entry, outcome))
-                continue
-            failed[key] = outcome
-            if second_round:  # it fitted by borrowing; what is left no longer holds it
-                result.waiting.append((entry, outcome))
-                continue
-            if outcome.never:
-                result.never.append((entry, outcome))
-                continue
-            if isinstance(outcome, share_rules.QuotaWait):
-                at_limit.add(entry.id)
-                result.waiting.append((entry, outcome))
-                continue
-            clearing = None
-            if elastic_on and team is not None and usage is not None and key not in unclearable:
-                assert elastic is not None
-                clearing = _clearing(
-                    team,
-                    entry.request,
-                    pool,
-                    usage,
-                    elastic,
-                    frozenset(mine),
-                    result.kept_for,
-                    planned.get(team, []),
-                )
-                if clearing is None:
-                    unclearable.add(key)  # the pool only gets fuller in this pass
-            if preempt and entry.id not in no_preempt:
-                if team is not None and usage is not None and usage.inputs.reclaim:
-                    victims = share_rules.choose_reclaim(
-                        team, entry.request, pool, usage, now, how, spare=mine
-                    )
-                    if not victims and clearing is not None:
-                        victims = list(clearing.victims)
-                    if victims:
-                        result.preempt, result.reclaim = (entry, victims), True
-                        break
-                candidates = None
-                if usage is not None:  # with teams, priority preemption stays in the team
-                    from gpupoolctl.sched.preempt import eligible
 
-                    candidates = [
-                        h
-                        for h in pool.holds.values()
-                        if h.team == team and eligible(h, entry.request, now)
-                    ]
-                victims = choose_preemption(
-                    entry.request, pool, now, how, spare=mine, candidates=candidates
-                )
-                if victims:
-                    result.preempt = (entry, victims)
-                    break
-            if clearing is not None and usage is not None and team is not None:
-                # Kept for its merge: work that would borrow gets none of the cards' free
-                # slices in this pass (work within its nominal still may), no re-cut for
-                # such work takes them, and no other plan of the pass counts on them or on
-                # the room in its team's nominal that it will take.
-                for card_key in (*(c.key for c in clearing.cards), *clearing.ready):
-                    result.kept_for[card_key] = entry.id
-                planned.setdefault(team, []).extend(clearing.entries)
-                outcome = NoFit(f"{outcome.reason}; {clearing.describe()}", never=False)
-            result.waiting.append((entry, outcome))
-            if effective_priority(entry, now, interval=interval, cap=cap) >= cap:
-                for slot in list(pool.free_candidates(entry.request)):
-                    pool.take(slot.id)
-                    reserved.append(slot.id)
-                    starving.setdefault(slot.gpu, entry.id)
-                result.reserved_for.append(entry.id)
-    finally:
-        for slice_id in reversed(reserved):
-            pool.give(slice_id)
-    if elastic_on and result.preempt is None:
-        # After the aging reservations are given back: a starving entry's slices are
-        # reserved against smaller work in this pass, not against a re-cut made for it
-        # (re-cuts go to waiting work in queue order, the starving entry first), nor for
-        # the smaller work: a card with a slice reserved for it is re-cut only for it.
-        assert elastic is not None
-        from gpupoolctl.sched.elastic import plan_recuts
+class Turn(NamedTuple):
+    """One entry's turn in the pass: its placement policy, its team (with teams only), the
+    key its answer is remembered by, and whether it is the borrowers' second round. (A
+    tuple: one is made per entry per pass, on queues of thousands.)"""
 
-        ready = [e for e, _ in result.waiting if e.id not in backing_off | at_limit]
-        may_recut = None
-        if result.kept_for or starving:
-            may_recut = partial(_may_recut, kept=result.kept_for, starving=starving, usage=usage)
-        result.recuts = plan_recuts(ready, pool, elastic, now, may_recut)
-        if foresee:
-            from gpupoolctl.sched.elastic import foresee_recuts
+    entry: QueueEntry
+    how: str
+    team: str | None
+    key: ShapeKey
+    second_round: bool
 
-            result.upcoming = foresee_recuts(ready, pool, elastic, now, result.recuts, may_recut)
-    return result
+    @classmethod
+    def of(cls, state: PassState, entry: QueueEntry, second_round: bool) -> Turn:
+        how = entry.policy or state.policy
+        team = entry.request.team if state.usage is not None else None
+        return cls(entry, how, team, (entry.request.shape_key(), how, team), second_round)
+
+
+def _in_two_rounds(state: PassState, entries: Sequence[QueueEntry]) -> Iterator[Turn]:
+    """Order the queue. Reads the queue and `usage` (lazily: fair share counts what the
+    pass has placed so far); between the rounds takes the free slices of the cards in
+    `result.kept_for` out of the pool (into `reserved`), then yields `deferred`, the
+    entries that would borrow."""
+    for first in _in_order(entries, state.now, state.interval, state.cap, state.usage):
+        yield Turn.of(state, first, False)
+    # Cards kept for the merge of work within its nominal (sched.clearing) are not lent:
+    # work that would borrow does not get their free slices.
+    cards = state.elastic.cards if state.elastic is not None else {}
+    for card_key in state.result.kept_for:
+        for sid in cards[card_key].slices:
+            if state.pool.is_free(sid):
+                state.pool.take(sid)
+                state.reserved.append(sid)
+    for later in state.deferred:  # read once the first round is over
+        yield Turn.of(state, later, True)
+
+
+def _backing_off(state: PassState, entry: QueueEntry) -> bool:
+    """Whether the entry is a restart waiting out its back-off: then it is only waiting
+    (`result.waiting`, `backing_off`): not placed, no victims, no slices reserved, no re-cut
+    made for it."""
+    if entry.not_before is None or entry.not_before <= state.now:
+        return False
+    left = math.ceil((entry.not_before - state.now).total_seconds())
+    state.result.waiting.append((entry, NoFit(backoff_reason(left), never=False)))
+    state.backing_off.add(entry.id)
+    return True
+
+
+def _try_to_place(state: PassState, turn: Turn) -> NoFit | None:
+    """Place the entry if it fits (the answer remembered in `failed` for its shape, else
+    placement: within its team's quota with teams). A placement that would borrow is
+    deferred to the second round (`borrowing`, `deferred`); one made is held on `pool`,
+    counted in `usage`, and recorded (`result.placed`, `result.borrowed`, `mine`). Returns
+    None then, else why nothing fits."""
+    if not turn.second_round and turn.key in state.borrowing:
+        state.deferred.append(turn.entry)
+        return None
+    outcome: Placement | NoFit | None = state.failed.get(turn.key)
+    if outcome is None:
+        outcome = _fit(state, turn)
+    if isinstance(outcome, NoFit):
+        return outcome
+    entry, pool, usage, team = turn.entry, state.pool, state.usage, turn.team
+    borrowed = False
+    if usage is not None and team is not None:
+        taken = [pool.slices[s] for s in outcome.slices]
+        borrowed = share_rules.borrows(team, taken, usage)
+        if borrowed and not turn.second_round:
+            state.borrowing.add(turn.key)
+            state.deferred.append(entry)
+            return None
+        usage.change(team, taken, +1)
+        if borrowed:
+            state.result.borrowed.add(entry.id)
+    pool.hold(
+        outcome.slices,
+        Holder(
+            alloc=entry.id,
+            owner=entry.owner,
+            slices=tuple(outcome.slices),
+            job=entry.job,
+            priority=entry.request.priority,
+            preemptible=entry.request.preemptible,
+            team=team,
+            borrowed=borrowed,
+        ),
+    )
+    state.mine.add(entry.id)
+    state.result.placed.append((entry, outcome))
+    return None
+
+
+def _fit(state: PassState, turn: Turn) -> Placement | NoFit:
+    """Where the entry's request fits on the pool now (within its team's quota, with
+    teams), or why it does not. Reads only."""
+    request, pool, elastic = turn.entry.request, state.pool, state.elastic
+    if state.usage is None or turn.team is None:
+        return _place(request, pool, turn.how, elastic, state.now)
+    return share_rules.place_for_team(
+        turn.team,
+        request,
+        pool,
+        state.usage,
+        partial(_place, request, pool, turn.how, elastic, state.now),
+        partial(_recut_reach, request, elastic, pool) if state.elastic_on else None,
+    )
+
+
+def _nothing_fits(state: PassState, turn: Turn, nofit: NoFit) -> bool:
+    """The entry does not fit: remember the answer for its shape (`failed`) and decide what
+    follows, in this order: refused if it never fits (`result.never`); waiting on its team's
+    quota (`at_limit`); else the clearing that could serve it, reclaim or preemption (True:
+    victims chosen, the pass stops), the clearing's cards kept for it, and, once it has
+    aged to the cap, the aging reservation. Every entry that does not stop the pass or get
+    refused ends in `result.waiting`."""
+    entry = turn.entry
+    state.failed[turn.key] = nofit
+    if turn.second_round:  # it fitted by borrowing; what is left no longer holds it
+        state.result.waiting.append((entry, nofit))
+        return False
+    if nofit.never:
+        state.result.never.append((entry, nofit))
+        return False
+    if isinstance(nofit, share_rules.QuotaWait):
+        state.at_limit.add(entry.id)
+        state.result.waiting.append((entry, nofit))
+        return False
+    clearing = _plan_clearing(state, turn)
+    may_preempt = state.preempt and entry.id not in state.no_preempt
+    if may_preempt and (_reclaim(state, turn, clearing) or _preempt(state, turn)):
+        return True
+    if clearing is not None:
+        nofit = _keep_for_clearing(state, turn, clearing, nofit)
+    state.result.waiting.append((entry, nofit))
+    if effective_priority(entry, state.now, interval=state.interval, cap=state.cap) >= state.cap:
+        _reserve_for_starving(state, entry)
+    return False
+
+
+def _plan_clearing(state: PassState, turn: Turn) -> ClearingPlan | None:
+    """With elastic and teams: the cut cards a reclaim could clear and merge for the
+    entry's team (sched.clearing), or None. Reads the pool, `mine`, `result.kept_for` and
+    the team's `planned`; a shape no plan serves goes into `unclearable` (the pool only gets
+    fuller in this pass)."""
+    usage, team, elastic = state.usage, turn.team, state.elastic
+    if not state.elastic_on or team is None or usage is None or turn.key in state.unclearable:
+        return None
+    assert elastic is not None
+    clearing = _clearing(
+        team,
+        turn.entry.request,
+        state.pool,
+        usage,
+        elastic,
+        frozenset(state.mine),
+        state.result.kept_for,
+        state.planned.get(team, []),
+    )
+    if clearing is None:
+        state.unclearable.add(turn.key)
+    return clearing
+
+
+def _reclaim(state: PassState, turn: Turn, clearing: ClearingPlan | None) -> bool:
+    """With teams that reclaim: victims among teams above their nominal (or the clearing's
+    own victims), never this pass's holds. Sets `result.preempt` and `result.reclaim`;
+    True when it chose any."""
+    usage, team = state.usage, turn.team
+    if team is None or usage is None or not usage.inputs.reclaim:
+        return False
+    victims = share_rules.choose_reclaim(
+        team, turn.entry.request, state.pool, usage, state.now, turn.how, spare=state.mine
+    )
+    if not victims and clearing is not None:
+        victims = list(clearing.victims)
+    if not victims:
+        return False
+    state.result.preempt, state.result.reclaim = (turn.entry, victims), True
+    return True
+
+
+def _preempt(state: PassState, turn: Turn) -> bool:
+    """Priority preemption (within the entry's team, with teams): the fewest eligible
+    victims, never this pass's holds. Sets `result.preempt`; True when it chose any."""
+    request = turn.entry.request
+    candidates = None
+    if state.usage is not None:
+        from gpupoolctl.sched.preempt import eligible
+
+        candidates = [
+            h
+            for h in state.pool.holds.values()
+            if h.team == turn.team and eligible(h, request, state.now)
+        ]
+    victims = choose_preemption(
+        request, state.pool, state.now, turn.how, spare=state.mine, candidates=candidates
+    )
+    if not victims:
+        return False
+    state.result.preempt = (turn.entry, victims)
+    return True
+
+
+def _keep_for_clearing(state: PassState, turn: Turn, clearing: ClearingPlan, nofit: NoFit) -> NoFit:
+    """Keep the clearing's cards for the entry's merge (`result.kept_for`): work that would
+    borrow gets none of their free slices in this pass (work within its nominal still may),
+    no re-cut for such work takes them, and no other plan of the pass counts on them or on
+    the room in the team's nominal it will take (`planned`). Returns the entry's reason,
+    which tells the clearing."""
+    for card_key in (*(c.key for c in clearing.cards), *clearing.ready):
+        state.result.kept_for[card_key] = turn.entry.id
+    assert turn.team is not None  # a clearing is planned for a team only
+    state.planned.setdefault(turn.team, []).extend(clearing.entries)
+    return NoFit(f"{nofit.reason}; {clearing.describe()}", never=False)
+
+
+def _reserve_for_starving(state: PassState, entry: QueueEntry) -> None:
+    """The aging reservation of an entry aged to the cap: every free slice that could serve
+    it is taken out of the pool for the rest of the pass (`reserved`; its cards in
+    `starving`), and the entry is named in `result.reserved_for`."""
+    for slot in list(state.pool.free_candidates(entry.request)):
+        state.pool.take(slot.id)
+        state.reserved.append(slot.id)
+        state.starving.setdefault(slot.gpu, entry.id)
+    state.result.reserved_for.append(entry.id)
+
+
+def _give_back_reserved(state: PassState) -> None:
+    """Put every slice the pass took out of the pool (`reserved`) back, last first."""
+    for slice_id in reversed(state.reserved):
+        state.pool.give(slice_id)
+
+
+def _plan_recuts(state: PassState, *, foresee: bool) -> None:
+    """With elastic, after the reservations are given back: the re-cuts for the waiting
+    work (`result.recuts`; with `foresee`, `result.upcoming`), in queue order, for none in
+    back-off or at its team's limit. A starving entry's slices are reserved against smaller
+    work in this pass, not against a re-cut made for it, nor for the smaller work: a card
+    with a slice reserved for it (`starving`) is re-cut only for it; a card kept for a merge
+    (`result.kept_for`) only for work within its team's nominal."""
+    from gpupoolctl.sched.elastic import plan_recuts
+
+    assert state.elastic is not None
+    result = state.result
+    skip = state.backing_off | state.at_limit
+    ready = [e for e, _ in result.waiting if e.id not in skip]
+    may_recut = None
+    if result.kept_for or state.starving:
+        may_recut = partial(
+            _may_recut, kept=result.kept_for, starving=state.starving, usage=state.usage
+        )
+    result.recuts = plan_recuts(ready, state.pool, state.elastic, state.now, may_recut)
+    if foresee:
+        from gpupoolctl.sched.elastic import foresee_recuts
+
+        result.upcoming = foresee_recuts(
+            ready, state.pool, state.elastic, state.now, result.recuts, may_recut
+        )
 
 
 def _in_order(

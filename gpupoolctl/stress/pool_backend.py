@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.errors import GpupoolError
 from gpupoolctl.jobs import Jobs, Nodes
+from gpupoolctl.jobs.repartition import Unanswered
 from gpupoolctl.ledger.state import JOB_TERMINAL
 from gpupoolctl.stress.backend import Finished, SubmitRefused, Ticket, Work
 
@@ -232,6 +233,7 @@ class PoolBackend:
         self.timeline = Timeline()
         self._stderr_warned = False
         self._node_events: list[dict[str, Any]] = []  # NODE_EVENTS, each with "seen"
+        self._unanswered = Unanswered()  # shared by every Jobs of this backend (_new_jobs)
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -247,6 +249,9 @@ class PoolBackend:
             policy=self._policy,
             in_hosts=self._in_hosts,
         )
+        # One loop however many Jobs serve it: a re-cut's unanswered request is known to
+        # whichever thread's Jobs runs the next pass.
+        jobs.unanswered = self._unanswered
         return jobs, meter
 
     @contextlib.contextmanager
@@ -326,12 +331,13 @@ class PoolBackend:
     # -- the Backend protocol ----------------------------------------------------------------
 
     def submit(self, work: Work) -> Ticket:
+        from gpupoolctl.jobs import submitting
         from gpupoolctl.jobs.errors import NeverFits
 
         with self._borrow() as (jobs, meter):
             meter.take()
             try:
-                outcome = jobs.submit(self._make_spec(work))
+                outcome = submitting.submit(jobs, self._make_spec(work))
             except NeverFits as exc:
                 raise SubmitRefused(str(exc)) from None
             except GpupoolError as exc:
@@ -384,11 +390,11 @@ class PoolBackend:
         """The failed job's error, and the last line its command wrote to stderr: the
         workload's own reason. Asked of its node after the job ended (its turnaround is
         already taken); a node that cannot say leaves the error as it was."""
-        from gpupoolctl.jobs import control
+        from gpupoolctl.jobs import logs
 
         with self._borrow() as (jobs, meter):
             try:
-                chunk = control.logs(
+                chunk = logs.logs(
                     jobs,
                     job_id,
                     stream="stderr",
@@ -413,11 +419,11 @@ class PoolBackend:
             raise RuntimeError(f"the reaper stopped: {self._reaper_failure}")
 
     def abandon(self, ticket: Ticket) -> None:
-        from gpupoolctl.jobs import control
+        from gpupoolctl.jobs import cancelling
 
         with self._borrow() as (jobs, _):
             try:
-                control.cancel(jobs, ticket.job_id, grace_s=0)
+                cancelling.cancel(jobs, ticket.job_id, grace_s=0)
             except GpupoolError as exc:
                 self._warn(f"{ticket.job_id}: could not cancel: {exc}")
             with self._lock:
@@ -454,17 +460,17 @@ class PoolBackend:
                 self._close_run()
 
     def _cancel_left(self, jobs: Jobs, left: list[str]) -> None:
-        from gpupoolctl.jobs import control
+        from gpupoolctl.jobs import cancelling, refreshing
 
         try:
-            control.refresh(jobs)  # record the ones that ended meanwhile
+            refreshing.refresh(jobs)  # record the ones that ended meanwhile
         except GpupoolError as exc:
             self._warn(f"clean-up: {exc}")
         state = jobs.read().state
         for job_id in left:
             if job_id in state.jobs:
                 try:
-                    control.cancel(jobs, job_id, grace_s=0)
+                    cancelling.cancel(jobs, job_id, grace_s=0)
                 except GpupoolError as exc:
                     self._warn(f"clean-up: {job_id}: {exc}")
 
@@ -481,7 +487,7 @@ class PoolBackend:
                 waiter.event.set()  # they re-raise it: the ramp stops as a harness error
 
     def _reap_until_closed(self) -> None:
-        from gpupoolctl.jobs import control
+        from gpupoolctl.jobs import refreshing
 
         jobs, meter = self._new_jobs()
         self._reaper_jobs = jobs
@@ -491,7 +497,7 @@ class PoolBackend:
             if not pending:
                 continue
             try:
-                outcome = control.refresh(jobs)
+                outcome = refreshing.refresh(jobs)
                 self._saw(getattr(outcome, "events", None) or ())
                 state = jobs.read().state
             except GpupoolError as exc:

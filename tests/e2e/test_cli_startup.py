@@ -150,11 +150,11 @@ def test_jobs_on_an_idle_pool_lists_from_the_ledger_alone(tmp_path):
         _imported(tmp_path, *base, "submit", "--wait", "--profile", "gpu", "--", "true")
     out, modules = _imported(tmp_path, *base, "-o", "json", "jobs")
     assert sorted(j["state"] for j in json.loads(out)) == ["done", "done"]
-    for heavy in ("gpupoolctl.jobs.api", "gpupoolctl.sched", "gpupoolctl.inventory"):
+    for heavy in ("gpupoolctl.jobs.service", "gpupoolctl.sched", "gpupoolctl.inventory"):
         assert not _loaded(modules, heavy), heavy
     # Every whole card held: the next whole-card job stays queued, and `jobs` refreshes.
     _imported(tmp_path, *base, "alloc", "--profile", "gpu", "--gpus", "32")
     _imported(tmp_path, *base, "submit", "--profile", "gpu", "--", "true")
     out, modules = _imported(tmp_path, *base, "-o", "json", "jobs")
     assert "queued" in {j["state"] for j in json.loads(out)}
-    assert _loaded(modules, "gpupoolctl.jobs.api") and _loaded(modules, "gpupoolctl.sched")
+    assert _loaded(modules, "gpupoolctl.jobs.service") and _loaded(modules, "gpupoolctl.sched")

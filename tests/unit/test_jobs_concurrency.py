@@ -18,7 +18,18 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from gpupoolctl.errors import ExitCode
-from gpupoolctl.jobs import Jobs, JobSpec, Nodes, control, launching, scheduling
+from gpupoolctl.jobs import (
+    Jobs,
+    JobSpec,
+    Nodes,
+    cancelling,
+    following,
+    launching,
+    refreshing,
+    scheduling,
+    submitting,
+)
+from gpupoolctl.jobs.errors import JobError
 from gpupoolctl.ledger import Ledger
 from gpupoolctl.remote.results import HostResult
 from gpupoolctl.remote.target import target_from_vars
@@ -133,8 +144,8 @@ def test_two_passes_preempt_at_most_one_set_of_victims_for_one_queued_job(
     node = Node()
     setup = jobs_on(path, node)
     # Two preemptible low jobs, one per host; the one on n2 is the cheaper victim.
-    on_n1 = setup.submit(spec(host="n1", priority=20, preemptible=True)).job_id
-    on_n2 = setup.submit(spec(host="n2", priority=10, preemptible=True)).job_id
+    on_n1 = submitting.submit(setup, spec(host="n1", priority=20, preemptible=True)).job_id
+    on_n2 = submitting.submit(setup, spec(host="n2", priority=10, preemptible=True)).job_id
     boss = queue_only(setup, spec(priority=90))  # needs one card: one victim is enough
 
     during, _ = second_pass_while_first_stops(
@@ -170,7 +181,7 @@ def test_concurrent_passes_never_stop_more_than_one_set_for_one_job(
         for index, host in enumerate(TARGETS):  # every card held; some preemptible
             held = index < len(priorities)
             priority = priorities[index] if held else 50
-            setup.submit(spec(host=host, priority=priority, preemptible=held))
+            submitting.submit(setup, spec(host=host, priority=priority, preemptible=held))
         boss = queue_only(setup, spec(gpus=need, priority=90))
 
         path = setup.ledger.path
@@ -190,8 +201,10 @@ def test_concurrent_passes_never_stop_more_than_one_set_for_one_job(
 def test_one_pass_preempts_every_victim_a_job_needs(path: Path) -> None:
     node = Node()
     jobs = jobs_on(path, node)
-    victims = [jobs.submit(spec(host=h, priority=10, preemptible=True)).job_id for h in HOSTS]
-    boss = str(jobs.submit(spec(gpus=2, priority=90)).job_id)
+    victims = [
+        submitting.submit(jobs, spec(host=h, priority=10, preemptible=True)).job_id for h in HOSTS
+    ]
+    boss = str(submitting.submit(jobs, spec(gpus=2, priority=90)).job_id)
     assert state_of(jobs, boss)["state"] == "running"
     assert sorted(preempt_marks(jobs, boss)) == sorted(victims) == sorted(node.terms)
 
@@ -204,18 +217,18 @@ def test_a_preemption_left_half_done_blocks_a_second_one_until_reaping_ends_it(
     starts on its slice."""
     node = Node()
     jobs = jobs_on(path, node)
-    victim = str(jobs.submit(spec(host="n1", priority=10, preemptible=True)).job_id)
-    other = str(jobs.submit(spec(host="n2", priority=20, preemptible=True)).job_id)
+    victim = str(submitting.submit(jobs, spec(host="n1", priority=10, preemptible=True)).job_id)
+    other = str(submitting.submit(jobs, spec(host="n2", priority=20, preemptible=True)).job_id)
     boss = queue_only(jobs, spec(priority=90))
     mark = {"by": boss, "at": time.time() - 60, "grace_s": 1}
     jobs.ledger.write(
         lambda tx: tx.append("job", {"id": victim, "state": "running", "preempt": mark})
     )
 
-    first = control.refresh(jobs)  # kills the overdue victim; the boss still waits for it
+    first = refreshing.refresh(jobs)  # kills the overdue victim; the boss still waits for it
     assert [e["event"] for e in first.events] == ["waiting"]
     assert node.terms == [] and node.jobs[victim]["state"] == "exited"
-    second = control.refresh(jobs)  # records it ended: its slice goes to the boss
+    second = refreshing.refresh(jobs)  # records it ended: its slice goes to the boss
     assert [e["event"] for e in second.events] == ["started"]
     assert state_of(jobs, boss)["nodes"][0]["host"] == "n1"
     assert state_of(jobs, other)["state"] == "running" and preempt_marks(jobs, boss) == [victim]
@@ -244,13 +257,13 @@ def test_cancel_of_a_pending_job_with_a_live_submitter_wins_over_its_launch(path
     job_id = queue_only(launcher, spec())
     pending = place_only(launcher, job_id)
 
-    cancelled = control.cancel(canceller, job_id)
+    cancelled = cancelling.cancel(canceller, job_id)
 
     assert cancelled["state"] == "cancelled" and cancelled["reason"] == "cancelled"
     assert canceller.ledger.read().state.allocations == {}  # its slice is free again
     # The launcher goes on with the launch it had decided: the node refuses it (the id was
     # claimed by cancel's fencing poll) and the ledger keeps the job cancelled.
-    launcher.launch(pending)
+    launching.launch(launcher, pending)
     assert node.jobs[job_id].get("fenced") and node.calls.count("launch") == 1
     assert state_of(launcher, job_id)["state"] == "cancelled"
     assert launcher.ledger.read().state.allocations == {}
@@ -263,7 +276,7 @@ def test_cancel_of_a_pending_job_that_did_start_stops_it(path: Path) -> None:
     pending = place_only(launcher, job_id)
     node.jobs[job_id] = {"state": "running", "pid": 4242}  # launched; not recorded yet
 
-    cancelled = control.cancel(canceller, job_id)
+    cancelled = cancelling.cancel(canceller, job_id)
 
     assert cancelled["state"] == "cancelled" and cancelled["exit_code"] == 143
     assert node.terms == [job_id]
@@ -284,12 +297,12 @@ def test_a_launch_recorded_after_cancel_was_asked_is_stopped_at_once(path: Path)
     node.jobs[job_id] = {"state": "starting"}
     canceller.nodes = Nodes([], node)  # every host unknown: the fencing poll cannot answer
 
-    with pytest.raises(control.JobError, match="when its launch is recorded"):
-        control.cancel(canceller, job_id, settle_s=0)
+    with pytest.raises(JobError, match="when its launch is recorded"):
+        cancelling.cancel(canceller, job_id, settle_s=0)
     assert state_of(canceller, job_id)["cancel"]  # asked for, on the pending record
 
     node.jobs.pop(job_id)
-    ran = launcher.launch(pending)
+    ran = launching.launch(launcher, pending)
     assert ran["state"] == "cancelled" and node.terms == [job_id]
     assert launcher.ledger.read().state.allocations == {}
 
@@ -302,7 +315,7 @@ def test_a_pass_that_picked_the_job_before_cancel_does_not_launch_it(path: Path)
 
     def cancel_first(build: Any) -> Any:  # the pass has read the queue; cancel comes first
         runner.ledger.write = real_write  # type: ignore[method-assign]
-        control.cancel(canceller, job_id)
+        cancelling.cancel(canceller, job_id)
         return real_write(build)
 
     runner.ledger.write = cancel_first  # type: ignore[method-assign]
@@ -317,17 +330,17 @@ def test_a_waiting_submitter_sees_the_cancel_of_its_queued_job(path: Path) -> No
     node = Node()
     blocker = jobs_on(path, node)
     for host in HOSTS:  # both cards held: the followed job stays queued until cancelled
-        blocker.submit(spec(host=host))
+        submitting.submit(blocker, spec(host=host))
     waiter, canceller = jobs_on(path, node), jobs_on(path, node)
     job_id = queue_only(waiter, spec())
 
     def cancel_while_waiting(_: float) -> None:
         if state_of(canceller, job_id)["state"] == "queued":
-            control.cancel(canceller, job_id)
+            cancelling.cancel(canceller, job_id)
 
-    *_, ended = control.follow(waiter, job_id, output=False, sleep=cancel_while_waiting)
+    *_, ended = following.follow(waiter, job_id, output=False, sleep=cancel_while_waiting)
 
-    assert isinstance(ended, control.Ended)
+    assert isinstance(ended, following.Ended)
     assert ended.job["state"] == "cancelled" and ended.exit_code == int(ExitCode.ERROR)
     assert node.calls.count("launch") == 2  # the two blockers; nothing for the cancelled job
 
@@ -343,11 +356,11 @@ def test_a_waiting_submitter_sees_the_cancel_of_its_pending_job(path: Path) -> N
 
     def cancel_while_waiting(_: float) -> None:
         if state_of(canceller, job_id)["state"] == "pending":
-            control.cancel(canceller, job_id)
+            cancelling.cancel(canceller, job_id)
 
-    *_, ended = control.follow(waiter, job_id, output=False, sleep=cancel_while_waiting)
+    *_, ended = following.follow(waiter, job_id, output=False, sleep=cancel_while_waiting)
 
-    assert isinstance(ended, control.Ended)
+    assert isinstance(ended, following.Ended)
     assert ended.job["state"] == "cancelled" and ended.exit_code == int(ExitCode.ERROR)
     assert node.jobs[job_id]["fenced"] and "launch" not in node.calls
     assert canceller.ledger.read().state.allocations == {}

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gpupoolctl.jobs import Jobs, JobSpec, Nodes
-from gpupoolctl.jobs.control import refresh
+from gpupoolctl.jobs import Jobs, JobSpec, Nodes, submitting
+from gpupoolctl.jobs.refreshing import refresh
 from gpupoolctl.ledger import Ledger, State
 from gpupoolctl.ledger.drains import drain
 from gpupoolctl.policy import HealthPolicy, PoolPolicy
@@ -101,7 +101,7 @@ def pool(tmp_path: Path) -> tuple[Jobs, Fleet, Clock]:
 
 def submit(jobs: Jobs, gpus: int = 1, **fields: Any) -> str:
     spec = JobSpec(argv=["train"], request=JobRequest(gpus=gpus, **fields.pop("req", {})), **fields)
-    outcome = jobs.submit(spec)
+    outcome = submitting.submit(jobs, spec)
     assert outcome.state == "running", outcome
     return str(outcome.job_id)
 

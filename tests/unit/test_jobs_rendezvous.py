@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpupoolctl.jobs import Jobs, JobSpec, Nodes
+from gpupoolctl.jobs import Jobs, JobSpec, Nodes, submitting
 from gpupoolctl.jobs.rendezvous import BASE_PORT, PORT_SPAN, node_env, rendezvous_port
 from gpupoolctl.ledger import Ledger
 from gpupoolctl.remote.results import HostResult
@@ -90,7 +90,7 @@ def test_launch_gives_each_node_its_env_and_the_jobs_own_env_wins(tmp_path: Path
         request=JobRequest(gpus=4, profile="gpu"),
         env={"PET_MASTER_PORT": "4242"},
     )
-    outcome = jobs.submit(spec)
+    outcome = submitting.submit(jobs, spec)
     assert outcome.state == "running"
     n1, n2 = node.launched["n1"]["env"], node.launched["n2"]["env"]
     assert (n1["PET_NODE_RANK"], n2["PET_NODE_RANK"]) == ("0", "1")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gpupoolctl.jobs import Jobs, Nodes, reshape, scheduling
+from gpupoolctl.jobs.repartition import Reserved
 from gpupoolctl.ledger import Ledger, slices_from_facts
 from gpupoolctl.policy import ElasticPolicy, ElasticRule, PoolPolicy
 from gpupoolctl.remote import HostResult, run_agent_each, target_from_vars
@@ -34,19 +35,24 @@ class FlakyFacts:
         return answers
 
 
-@pytest.fixture
-def dgx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Jobs, FlakyFacts]:
-    monkeypatch.setenv("GPUPOOL_SIM_DIR", str(tmp_path / "sim"))
-    target = target_from_vars("dgx", {"transport": "local", "sim": "dgx-h100"})
+def elastic_loop(ledger_path: Path, host: str) -> tuple[Jobs, FlakyFacts]:
+    """A loop (a Jobs) over a ledger of its own and one simulated DGX, elastic on."""
+    target = target_from_vars(host, {"transport": "local", "sim": "dgx-h100"})
     facts = run_agent_each([(target, {"verb": "facts", "args": {}})])[0]
-    ledger = Ledger(tmp_path / "ledger.jsonl", durable=False)
-    ledger.refresh_slices(["dgx"], slices_from_facts("dgx", facts.data))
+    ledger = Ledger(ledger_path, durable=False)
+    ledger.refresh_slices([host], slices_from_facts(host, facts.data))
     runner = FlakyFacts()
     rule = ElasticRule(line=1, profiles=("1g.10gb",))
     policy = PoolPolicy(
         elastic=ElasticPolicy(enabled=True, rules=(rule,), min_idle_s=0, batch_window_s=0)
     )
     return Jobs(ledger, Nodes([target], runner), owner="alice", policy=policy), runner
+
+
+@pytest.fixture
+def dgx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Jobs, FlakyFacts]:
+    monkeypatch.setenv("GPUPOOL_SIM_DIR", str(tmp_path / "sim"))
+    return elastic_loop(tmp_path / "ledger.jsonl", "dgx")
 
 
 def test_a_recut_whose_node_is_not_read_again_stays_reserved_until_it_is(dgx) -> None:
@@ -154,15 +160,23 @@ def test_a_pass_limited_by_l_never_fails_a_job_elastic_could_serve_elsewhere(
     assert ledger.read().state.jobs[job_id]["state"] == "queued"  # not failed
 
 
-def test_a_recut_that_got_no_answer_stays_reserved_while_its_node_may_be_at_it(dgx) -> None:
+def reserve_gpu1(jobs: Jobs) -> Reserved:
+    """Reserve the loop's gpu1 for a re-cut into one 1g.10gb, as a pass would."""
     from gpupoolctl.sched.elastic import Recut
 
-    jobs, runner = dgx
     view = jobs.read()
     inputs = jobs.elastic_inputs(view.state, view.now)
     assert inputs is not None
-    recut = Recut(inputs.cards["dgx/gpu1"], (("1g.10gb", 0),), "test", ("j-1",), None)
+    host = next(iter(jobs.nodes.targets))
+    recut = Recut(inputs.cards[f"{host}/gpu1"], (("1g.10gb", 0),), "test", ("j-1",), None)
     reserved = jobs.ledger.write(lambda tx: reshape.reserve(tx, recut)).value
+    assert reserved is not None
+    return reserved
+
+
+def recut_unanswered(jobs: Jobs, runner: FlakyFacts) -> Reserved:
+    """A re-cut the node makes, but whose answer is lost: kept reserved."""
+    reserved = reserve_gpu1(jobs)
 
     def no_answer(requests: list[tuple[Any, dict[str, Any]]]) -> list[HostResult]:
         answers = runner(requests)  # the node does it...
@@ -177,10 +191,36 @@ def test_a_recut_that_got_no_answer_stays_reserved_while_its_node_may_be_at_it(d
     jobs.nodes = Nodes(targets, no_answer)
     assert reshape.execute(jobs, [reserved]) == []
     assert any("got no answer" in w for w in jobs.warnings)
-    # The next pass of the same thread leaves it reserved: the node may still be at it.
     jobs.nodes = Nodes(targets, runner)
+    return reserved
+
+
+def test_a_recut_that_got_no_answer_stays_reserved_while_its_node_may_be_at_it(dgx) -> None:
+    jobs, runner = dgx
+    reserved = recut_unanswered(jobs, runner)
+    # The next pass of the same thread leaves it reserved: the node may still be at it.
     scheduling.schedule(jobs)
     assert list(jobs.read().state.reshapes) == [reserved.id]
+
+
+def test_two_loops_in_one_process_do_not_share_what_went_unanswered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUPOOL_SIM_DIR", str(tmp_path / "sim"))
+    one, one_runner = elastic_loop(tmp_path / "one.jsonl", "dgx-one")
+    two, _ = elastic_loop(tmp_path / "two.jsonl", "dgx-two")
+    # Loop one: a re-cut whose answer was lost (its node may still be at it).
+    unanswered = recut_unanswered(one, one_runner)
+    # Loop two, on a ledger of its own: a reservation that an earlier call of this thread
+    # left open (it ended before closing it), with the same id in its own ledger.
+    left_open = reserve_gpu1(two)
+    assert left_open.id == unanswered.id
+    # Loop two's next pass recovers what it left: its node answers and is not at it.
+    scheduling.schedule(two)
+    assert two.read().state.reshapes == {}
+    # Loop one still waits for its own: nothing loop two did changed what it knows.
+    scheduling.schedule(one)
+    assert list(one.read().state.reshapes) == [unanswered.id]
 
 
 def test_a_hold_that_expired_counts_idle_from_its_expiry(dgx) -> None:

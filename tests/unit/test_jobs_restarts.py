@@ -12,7 +12,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpupoolctl.errors import UsageError
-from gpupoolctl.jobs import Jobs, JobSpec, Nodes, reaping, restarts, scheduling, stopping
+from gpupoolctl.jobs import (
+    Jobs,
+    JobSpec,
+    Nodes,
+    reaping,
+    restarts,
+    scheduling,
+    stopping,
+    submitting,
+)
 from gpupoolctl.jobs.spec import (
     MAX_RESTARTS,
     expand_checkpoint_dir,
@@ -100,7 +109,7 @@ def test_backoff_doubles_from_10s_and_is_capped() -> None:
 
 def test_a_failing_job_runs_max_restarts_plus_one_times_then_fails(pool) -> None:
     jobs, node, clock = pool
-    job_id = str(jobs.submit(spec(max_restarts=2, checkpoint_dir="/ckpt/%j")).job_id)
+    job_id = str(submitting.submit(jobs, spec(max_restarts=2, checkpoint_dir="/ckpt/%j")).job_id)
     job = job_of(jobs, job_id)
     assert job["checkpoint_dir"] == f"/ckpt/{job_id}"
     reasons = []
@@ -137,7 +146,7 @@ def test_a_failing_job_runs_max_restarts_plus_one_times_then_fails(pool) -> None
 
 def test_without_a_budget_a_failure_ends_the_job_as_before(pool) -> None:
     jobs, node, _ = pool
-    job_id = str(jobs.submit(spec(requeue=True)).job_id)
+    job_id = str(submitting.submit(jobs, spec(requeue=True)).job_id)
     reaping.reap(jobs)
     job = job_of(jobs, job_id)
     assert job["state"] == "failed" and job["exit_code"] == 1 and not job.get("reason")
@@ -148,11 +157,11 @@ def test_exit_0_is_done_and_a_signal_death_is_named(pool) -> None:
     jobs, node, _ = pool
     node.jobs.clear()
     node.exit_code = 0
-    done = str(jobs.submit(spec(max_restarts=1)).job_id)
+    done = str(submitting.submit(jobs, spec(max_restarts=1)).job_id)
     reaping.reap(jobs)
     assert job_of(jobs, done)["state"] == "done"
     node.exit_code = None
-    killed = str(jobs.submit(spec(max_restarts=1)).job_id)
+    killed = str(submitting.submit(jobs, spec(max_restarts=1)).job_id)
     node.jobs[killed] = {"state": "exited", "exit_code": 139, "signal": "SEGV"}
     reaping.reap(jobs)
     assert job_of(jobs, killed)["reason"] == "killed by SIGSEGV, requeued (1/1)"
@@ -162,9 +171,11 @@ def test_preemption_does_not_count_against_the_budget(pool) -> None:
     jobs, node, _ = pool
     node.exit_code = None  # runs until stopped
     request = JobRequest(priority=10, preemptible=True)
-    victim = str(jobs.submit(spec(requeue=True, max_restarts=1, request=request)).job_id)
+    victim = str(
+        submitting.submit(jobs, spec(requeue=True, max_restarts=1, request=request)).job_id
+    )
     assert job_of(jobs, victim)["state"] == "running"
-    urgent = str(jobs.submit(spec(request=JobRequest(priority=90))).job_id)
+    urgent = str(submitting.submit(jobs, spec(request=JobRequest(priority=90))).job_id)
     job = job_of(jobs, victim)
     assert job["state"] == "queued" and job["restarts"] == 0 and "preempted" in job["reason"]
     queue = jobs.ledger.read().state.queue.values()
@@ -184,8 +195,12 @@ def test_a_preempted_job_with_a_signal_gets_it_before_sigterm(pool) -> None:
     jobs, node, _ = pool
     node.exit_code = None
     request = JobRequest(priority=10, preemptible=True)
-    victim = str(jobs.submit(spec(signal="USR1", signal_s=120, grace_s=5, request=request)).job_id)
-    jobs.submit(spec(request=JobRequest(priority=90)))
+    victim = str(
+        submitting.submit(
+            jobs, spec(signal="USR1", signal_s=120, grace_s=5, request=request)
+        ).job_id
+    )
+    submitting.submit(jobs, spec(request=JobRequest(priority=90)))
     assert [(s[1], s[2]) for s in node.signals] == [("USR1", 5), ("TERM", 5)]
     job = job_of(jobs, victim)
     assert job["state"] == "cancelled" and job["preempt"]["warn_s"] == 5
@@ -206,8 +221,12 @@ def test_a_job_that_leaves_on_the_warning_gets_no_sigterm(pool) -> None:
 
     node.answer = leaves_on_usr1  # type: ignore[method-assign]
     request = JobRequest(priority=10, preemptible=True)
-    victim = str(jobs.submit(spec(signal="USR1", signal_s=2, requeue=True, request=request)).job_id)
-    jobs.submit(spec(request=JobRequest(priority=90)))
+    victim = str(
+        submitting.submit(
+            jobs, spec(signal="USR1", signal_s=2, requeue=True, request=request)
+        ).job_id
+    )
+    submitting.submit(jobs, spec(request=JobRequest(priority=90)))
     assert [s[1] for s in node.signals] == ["USR1"]
     assert job_of(jobs, victim)["state"] == "queued"
 
@@ -231,7 +250,7 @@ def test_node_loss_uses_the_budget_without_node_statuses() -> None:
 
 def test_the_time_limit_and_signal_reach_the_launch(pool) -> None:
     jobs, node, _ = pool
-    jobs.submit(spec(time_limit_s=14400.0, signal="USR1", signal_s=120.0, grace_s=3))
+    submitting.submit(jobs, spec(time_limit_s=14400.0, signal="USR1", signal_s=120.0, grace_s=3))
     launch = node.launches[0]
     assert (launch["time_limit_s"], launch["signal"], launch["signal_s"]) == (14400, "USR1", 120)
     assert launch["grace_s"] == 3 and launch["env"]["GPUPOOL_TIME_LIMIT_S"] == "14400"
@@ -340,7 +359,7 @@ def test_any_text_is_a_value_or_a_usage_error(text: str) -> None:
 def test_the_next_try_keeps_its_warning_signal_after_a_death_by_signal(pool) -> None:
     jobs, node, clock = pool
     node.exit_code = None
-    job_id = str(jobs.submit(spec(max_restarts=1, signal="USR1", signal_s=30)).job_id)
+    job_id = str(submitting.submit(jobs, spec(max_restarts=1, signal="USR1", signal_s=30)).job_id)
     node.jobs[job_id] = {"state": "exited", "exit_code": 137, "signal": "KILL"}
     reaping.reap(jobs)
     assert job_of(jobs, job_id)["signal"] == "KILL"  # what ended the try ...

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpupoolctl.errors import UsageError
-from gpupoolctl.jobs import Jobs, JobSpec, NeverFits, Nodes, reaping
+from gpupoolctl.jobs import Jobs, JobSpec, NeverFits, Nodes, reaping, submitting
 from gpupoolctl.jobs.errors import JobError
 from gpupoolctl.jobs.spec import parse_env
 from gpupoolctl.ledger import Ledger
@@ -91,7 +91,7 @@ def state_of(jobs: Jobs, job_id: str) -> dict[str, Any]:
 
 def test_submit_records_placement_then_running(setup) -> None:
     jobs, _ = setup
-    outcome = jobs.submit(spec())
+    outcome = submitting.submit(jobs, spec())
     job = state_of(jobs, str(outcome.job_id))
     assert job["state"] == "running" and job["nodes"][0]["pid"] == 100
     assert job["nodes"][0]["devices"] == {"vendor": "nvidia", "uuids": ["GPU-0"]}
@@ -101,7 +101,7 @@ def test_submit_records_placement_then_running(setup) -> None:
 def test_refused_launch_fails_the_job_and_frees_its_slice(setup) -> None:
     jobs, node = setup
     node.launch_answer = "refuse"
-    outcome = jobs.submit(spec())
+    outcome = submitting.submit(jobs, spec())
     job = state_of(jobs, str(outcome.job_id))
     assert job["state"] == "failed" and "BadDevices" in job["error"]
     assert jobs.ledger.read().state.allocations == {}
@@ -110,7 +110,7 @@ def test_refused_launch_fails_the_job_and_frees_its_slice(setup) -> None:
 def test_launch_that_timed_out_but_ran_is_recorded_running(setup) -> None:
     jobs, node = setup
     node.launch_answer = "timeout"
-    outcome = jobs.submit(spec())
+    outcome = submitting.submit(jobs, spec())
     assert state_of(jobs, str(outcome.job_id))["state"] == "running"
     assert node.calls[-1] == "poll"  # it asked the node (fencing) instead of guessing
 
@@ -141,7 +141,7 @@ def test_never_fits_records_nothing(setup) -> None:
     jobs, _ = setup
     before = jobs.ledger.read().state.seq
     with pytest.raises(NeverFits):
-        jobs.submit(spec(gpus=3, same_node=True))
+        submitting.submit(jobs, spec(gpus=3, same_node=True))
     assert jobs.ledger.read().state.seq == before
 
 
@@ -178,15 +178,15 @@ def test_aged_waiting_job_keeps_its_slices_but_others_still_backfill(tmp_path: P
     node = FakeNode()
     nodes = Nodes([target_from_vars("n1", {"transport": "local"})], node)
     jobs = Jobs(ledger, nodes, owner="alice")
-    jobs.submit(spec(profile="gpu", model="A100"))  # holds one A100 and keeps running
-    big = jobs.submit(spec(gpus=2, profile="gpu", model="A100"))
+    submitting.submit(jobs, spec(profile="gpu", model="A100"))  # holds one A100 and keeps running
+    big = submitting.submit(jobs, spec(gpus=2, profile="gpu", model="A100"))
     assert big.state == "queued"
     moment[0] += timedelta(hours=3)  # long enough to reach the aging cap
     # A small job that wants the other A100 waits behind the aged one...
-    small_a100 = jobs.submit(spec(profile="gpu", model="A100"))
+    small_a100 = submitting.submit(jobs, spec(profile="gpu", model="A100"))
     assert small_a100.state == "queued"
     # ...but one that wants a slice the aged job can never use still starts.
-    small_l40s = jobs.submit(spec(profile="gpu", model="L40S"))
+    small_l40s = submitting.submit(jobs, spec(profile="gpu", model="L40S"))
     assert state_of(jobs, str(small_l40s.job_id))["state"] == "running"
     assert state_of(jobs, str(big.job_id))["state"] == "queued"
 
@@ -197,12 +197,12 @@ def test_a_placement_that_cannot_launch_fails_the_job_without_blocking_the_queue
     ledger.refresh_slices(["n1"], [SLICES[0], amd])
     nodes = Nodes([target_from_vars("n1", {"transport": "local"})], FakeNode())
     jobs = Jobs(ledger, nodes, owner="alice")
-    mixed = jobs.submit(spec(gpus=2, profile="gpu"))  # one NVIDIA + one AMD card on n1
+    mixed = submitting.submit(jobs, spec(gpus=2, profile="gpu"))  # one NVIDIA + one AMD card on n1
     job = state_of(jobs, str(mixed.job_id))
     assert job["state"] == "failed" and "vendor" in job["error"]
     state = jobs.ledger.read().state
     assert state.queue == {} and state.holders == {}
-    after = jobs.submit(spec(profile="gpu"))
+    after = submitting.submit(jobs, spec(profile="gpu"))
     assert state_of(jobs, str(after.job_id))["state"] == "running"
 
 
@@ -216,8 +216,10 @@ def test_a_pass_limited_to_some_hosts_never_fails_a_job_other_hosts_could_hold(t
     node = FakeNode()
     targets = [target_from_vars(h, {"transport": "local"}) for h in ("n1", "n2")]
     everyone = Jobs(ledger, Nodes(targets, node), owner="alice")
-    everyone.submit(spec(profile="gpu", model="L40S"))  # n2's only card: busy from now on
-    queued = everyone.submit(spec(profile="gpu", model="L40S"))
+    submitting.submit(
+        everyone, spec(profile="gpu", model="L40S")
+    )  # n2's only card: busy from now on
+    queued = submitting.submit(everyone, spec(profile="gpu", model="L40S"))
     assert queued.state == "queued"
 
     # A cron pass limited to n1 (`schedule -l n1`) sees no L40S at all...
@@ -260,23 +262,23 @@ class EndedNode(FakeNode):
 def test_cancel_of_a_job_that_had_already_finished_records_it_done(tmp_path, finished_early):
     import time
 
-    from gpupoolctl.jobs import control
+    from gpupoolctl.jobs import cancelling
 
     ledger = Ledger(tmp_path / "ledger.jsonl", durable=False)
     ledger.refresh_slices(["n1"], SLICES)
     node = EndedNode()
     jobs = Jobs(ledger, Nodes([target_from_vars("n1", {"transport": "local"})], node), owner="a")
-    job_id = str(jobs.submit(spec()).job_id)
+    job_id = str(submitting.submit(jobs, spec()).job_id)
     if finished_early:  # exited 0 five seconds ago; nobody had looked yet
         node.jobs[job_id] = {"state": "exited", "exit_code": 0, "ended": time.time() - 5}
     if finished_early:
         with pytest.raises(JobError, match=r"has already ended \(done, exit code 0\)"):
-            control.cancel(jobs, job_id, grace_s=0)
+            cancelling.cancel(jobs, job_id, grace_s=0)
         job = state_of(jobs, job_id)
         assert job["state"] == "done" and job["exit_code"] == 0
         assert job["reason"] == "ended before the cancel"
     else:
-        job = control.cancel(jobs, job_id, grace_s=0)
+        job = cancelling.cancel(jobs, job_id, grace_s=0)
         assert job["state"] == "cancelled" and job["exit_code"] == 143
     assert jobs.ledger.read().state.holders == {}
 
@@ -288,7 +290,7 @@ def test_a_preempted_job_that_had_already_finished_is_not_run_again(tmp_path):
     ledger.refresh_slices(["n1"], SLICES)
     node = EndedNode()
     jobs = Jobs(ledger, Nodes([target_from_vars("n1", {"transport": "local"})], node), owner="a")
-    job_id = str(jobs.submit(spec()).job_id)
+    job_id = str(submitting.submit(jobs, spec()).job_id)
     node.jobs[job_id] = {"state": "exited", "exit_code": 0, "ended": time.time() - 5}
     with ledger.transaction() as tx:  # a pass marked it for preemption, asking a requeue
         mark = {"by": "j-99", "at": time.time(), "grace_s": 0}
@@ -333,7 +335,7 @@ def test_a_launch_one_node_did_not_answer_is_requeued_and_its_started_part_stopp
 ) -> None:
     jobs, node = two_nodes
     job_spec = spec(gpus=3)  # two cards per node: it spans both
-    outcome = jobs.submit(dataclasses.replace(job_spec, max_restarts=2))
+    outcome = submitting.submit(jobs, dataclasses.replace(job_spec, max_restarts=2))
     job = state_of(jobs, str(outcome.job_id))
     assert job["state"] == "queued", job  # three cards fit nowhere while n2 is silent
     assert "n2 did not answer" in job["reason"] and "not counted" in job["reason"]
@@ -349,7 +351,7 @@ def test_a_refusal_for_the_jobs_sake_fails_it_even_when_another_node_did_not_ans
 ) -> None:
     jobs, node = two_nodes
     node.bad_workdir = True
-    outcome = jobs.submit(spec(gpus=3))
+    outcome = submitting.submit(jobs, spec(gpus=3))
     job = state_of(jobs, str(outcome.job_id))
     assert job["state"] == "failed" and "BadWorkdir" in job["error"], job
     assert "n2: unreachable" in job["error"]

@@ -1,7 +1,7 @@
 """Teams on the jobs side (gpupoolctl.jobs.teams): the share inputs a pass decides with (the
 quotas in force at its time, the fair-share history, what teams hold outside -l), the team
 a submission gets, the `quota` report; and a job reclaimed for another team's guaranteed
-share is requeued whatever it asked (jobs.reaping), as `jobs` says (jobs.control)."""
+share is requeued whatever it asked (jobs.reaping), as `jobs` says (jobs.dryrun)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gpupoolctl.errors import ExitCode, UsageError
-from gpupoolctl.jobs import Jobs, JobSpec, Nodes, reaping
+from gpupoolctl.jobs import Jobs, JobSpec, Nodes, reaping, submitting
 from gpupoolctl.jobs.listing import reason_text
 from gpupoolctl.jobs.service import JobsCore
 from gpupoolctl.jobs.teams import quota_report, share_inputs, with_team
@@ -344,7 +344,7 @@ def running(tmp_path: Path) -> tuple[Jobs, FakeNode, str]:
     ledger.refresh_slices(["e1"], EAST[:1])
     node = FakeNode()
     jobs = Jobs(ledger, Nodes([target_from_vars("e1", {"transport": "local"})], node), owner="bob")
-    job_id = str(jobs.submit(job_spec()).job_id)  # no --requeue
+    job_id = str(submitting.submit(jobs, job_spec()).job_id)  # no --requeue
     return jobs, node, job_id
 
 

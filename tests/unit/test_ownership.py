@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpupoolctl.jobs import Jobs, Nodes, control
+from gpupoolctl.jobs import Jobs, Nodes, cancelling, submitting
 from gpupoolctl.jobs.alloc import alloc as hold
 from gpupoolctl.jobs.draining import drain_now
 from gpupoolctl.ledger import Ledger
@@ -182,8 +182,8 @@ def pool(ledger):
 
 def _running_and_queued(alice: Jobs) -> tuple[str, str]:
     """Alice's job running on n1/gpu0 and gpu1, and one of hers queued behind it."""
-    running = str(alice.submit(spec(gpus=2)).job_id)
-    queued = str(alice.submit(spec()).job_id)
+    running = str(submitting.submit(alice, spec(gpus=2)).job_id)
+    queued = str(submitting.submit(alice, spec()).job_id)
     assert state_of(alice, running)["state"] == "running"
     assert state_of(alice, queued)["state"] == "queued"
     return running, queued
@@ -196,9 +196,9 @@ def test_cancel_of_anothers_queued_and_running_job_is_refused_untouched(pool) ->
     seq = bob.ledger.read().state.seq
     for job_id in (running, queued):
         with pytest.raises(NotOwner, match=rf"^cancel {job_id}: it is alice's job"):
-            control.cancel(bob, job_id, grace_s=0)
+            cancelling.cancel(bob, job_id, grace_s=0)
         with pytest.raises(NotOwner, match=rf"^cancel {job_id}: it is alice's job"):
-            control.forget(bob, job_id, who="bob")
+            cancelling.forget(bob, job_id, who="bob")
     state = bob.ledger.read().state
     assert state.seq == seq  # nothing recorded
     assert state.jobs[running]["state"] == "running" and not state.jobs[running].get("cancel")
@@ -210,8 +210,8 @@ def test_cancel_by_an_admin_ends_anothers_jobs_recording_as_admin(pool) -> None:
     as_user, _ = pool
     running, queued = _running_and_queued(as_user("alice"))
     admin = as_user("bob", admin=True)
-    assert control.cancel(admin, queued, grace_s=0)["state"] == "cancelled"
-    assert control.cancel(admin, running, grace_s=0)["state"] == "cancelled"
+    assert cancelling.cancel(admin, queued, grace_s=0)["state"] == "cancelled"
+    assert cancelling.cancel(admin, running, grace_s=0)["state"] == "cancelled"
     records = {
         (r["data"]["id"], r["data"]["state"]): r["data"]
         for r in admin.ledger.history(ops={"job"}).records
@@ -224,8 +224,8 @@ def test_cancel_by_the_owner_records_no_admin(pool) -> None:
     as_user, _ = pool
     alice = as_user("alice", admin=True)  # an admin cancelling her own job: a plain cancel
     running, queued = _running_and_queued(alice)
-    control.cancel(alice, queued, grace_s=0)
-    control.cancel(alice, running, grace_s=0)
+    cancelling.cancel(alice, queued, grace_s=0)
+    cancelling.cancel(alice, running, grace_s=0)
     for record in alice.ledger.history(ops={"job"}).records:
         assert "as_admin" not in record["data"]
         assert "as_admin" not in (record["data"].get("cancel") or {})
@@ -234,16 +234,16 @@ def test_cancel_by_the_owner_records_no_admin(pool) -> None:
 def test_forget_by_an_admin_records_as_admin(pool) -> None:
     as_user, _ = pool
     running, _ = _running_and_queued(as_user("alice"))
-    job = control.forget(as_user("root", admin=True), running, who="root")
+    job = cancelling.forget(as_user("root", admin=True), running, who="root")
     assert job["state"] == "failed" and job["as_admin"] is True
 
 
 def test_drain_now_of_anothers_running_job_is_refused_for_a_non_admin(pool) -> None:
     as_user, node = pool
     alice = as_user("alice")
-    theirs = str(alice.submit(spec()).job_id)
+    theirs = str(submitting.submit(alice, spec()).job_id)
     bob = as_user("bob")
-    mine = str(bob.submit(spec()).job_id)  # bob's own job there is not stopped either
+    mine = str(submitting.submit(bob, spec()).job_id)  # bob's own job there is not stopped either
     seq = bob.ledger.read().state.seq
     with pytest.raises(NotOwner) as refused:
         drain_now(bob, ["n1"], "PSU swap", 0)
@@ -263,7 +263,7 @@ def test_drain_now_of_anothers_running_job_is_refused_for_a_non_admin(pool) -> N
 def test_drain_now_of_only_ones_own_jobs_needs_no_admin(pool) -> None:
     as_user, _ = pool
     bob = as_user("bob")
-    mine = str(bob.submit(spec()).job_id)
+    mine = str(submitting.submit(bob, spec()).job_id)
     drained, (job,) = drain_now(bob, ["n1"], "PSU swap", 0)
     assert job["id"] == mine and job["state"] == "cancelled"
     assert [d["target"] for d in drained] == ["n1"]
@@ -272,9 +272,9 @@ def test_drain_now_of_only_ones_own_jobs_needs_no_admin(pool) -> None:
 
 def test_drain_now_by_an_admin_marks_anothers_job_as_admin(pool) -> None:
     as_user, _ = pool
-    theirs = str(as_user("alice").submit(spec()).job_id)
+    theirs = str(submitting.submit(as_user("alice"), spec()).job_id)
     admin = as_user("bob", admin=True)
-    mine = str(admin.submit(spec()).job_id)
+    mine = str(submitting.submit(admin, spec()).job_id)
     ended = {j["id"]: j for j in drain_now(admin, ["n1"], "PSU swap", 0)[1]}
     assert ended[theirs]["state"] == ended[mine]["state"] == "cancelled"
     marks = {

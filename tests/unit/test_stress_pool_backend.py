@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from gpupoolctl.jobs import control
+from gpupoolctl.jobs import logs as job_logs
+from gpupoolctl.jobs import refreshing
 from gpupoolctl.jobs.errors import JobError
 from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.stress.backend import Ticket
@@ -66,7 +67,7 @@ def test_an_ended_job_is_seen_even_when_a_reaper_pass_outlasts_each_short_wait(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A pass over far nodes can take longer than one wait slice; the job must still be seen.
-    monkeypatch.setattr(control, "refresh", lambda jobs: time.sleep(0.7))
+    monkeypatch.setattr(refreshing, "refresh", lambda jobs: time.sleep(0.7))
     backend = StandInBackend({"j-1": DONE})
     ticket = Ticket(job_id="j-1", accepted=time.time())
     try:
@@ -83,7 +84,7 @@ def test_a_reaper_that_breaks_stops_the_waits_with_its_error(
     def broken(jobs: Any) -> None:
         raise KeyError("nodes")
 
-    monkeypatch.setattr(control, "refresh", broken)
+    monkeypatch.setattr(refreshing, "refresh", broken)
     backend = StandInBackend({})
     ticket = Ticket(job_id="j-9", accepted=time.time())
     started = time.monotonic()
@@ -94,7 +95,7 @@ def test_a_reaper_that_breaks_stops_the_waits_with_its_error(
 
 
 def test_close_closes_every_ledger_handle_it_made(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(control, "refresh", lambda jobs: None)
+    monkeypatch.setattr(refreshing, "refresh", lambda jobs: None)
     backend = StandInBackend({"j-1": DONE})
     ticket = Ticket(job_id="j-1", accepted=time.time())
     assert wait_in_slices(backend, ticket, within=5.0) is not None
@@ -191,8 +192,8 @@ def test_a_job_that_failed_with_only_an_exit_code_gets_its_stderr_last_line(
         )
         return {"text": text, "state": "exited"}
 
-    monkeypatch.setattr(control, "refresh", lambda jobs: None)
-    monkeypatch.setattr(control, "logs", logs)
+    monkeypatch.setattr(refreshing, "refresh", lambda jobs: None)
+    monkeypatch.setattr(job_logs, "logs", logs)
     backend = StandInBackend({"j-1": FAILED})
     try:
         finished = wait_in_slices(backend, Ticket(job_id="j-1", accepted=time.time()), 5.0)
@@ -214,8 +215,8 @@ def test_a_failure_the_ledger_explains_is_not_asked_of_the_node(
         raise AssertionError("the ledger already says why")
 
     launch_failed = {**FAILED, "error": "launch failed: node-1: cannot run 'nope'"}
-    monkeypatch.setattr(control, "refresh", lambda jobs: None)
-    monkeypatch.setattr(control, "logs", logs)
+    monkeypatch.setattr(refreshing, "refresh", lambda jobs: None)
+    monkeypatch.setattr(job_logs, "logs", logs)
     backend = StandInBackend({"j-1": launch_failed})
     try:
         finished = wait_in_slices(backend, Ticket(job_id="j-1", accepted=time.time()), 5.0)
@@ -230,8 +231,8 @@ def test_a_node_that_cannot_show_stderr_leaves_the_exit_code_and_warns_once(
     def logs(jobs: Any, job_id: str, **args: Any) -> dict[str, Any]:
         raise JobError(f"node-1: unreachable ({job_id})")
 
-    monkeypatch.setattr(control, "refresh", lambda jobs: None)
-    monkeypatch.setattr(control, "logs", logs)
+    monkeypatch.setattr(refreshing, "refresh", lambda jobs: None)
+    monkeypatch.setattr(job_logs, "logs", logs)
     backend = StandInBackend({"j-1": FAILED, "j-2": {**FAILED, "id": "j-2"}})
     try:
         errors = [

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gpupoolctl.errors import SourceError, UsageError
-from gpupoolctl.jobs import control
+from gpupoolctl.jobs import refreshing
 from gpupoolctl.jobs.spec import MAX_RESTARTS
 from gpupoolctl.stress import workload
 from gpupoolctl.stress.backend import Finished, NoopBackend, Ticket, Work, job_spec
@@ -210,7 +210,7 @@ def test_the_reaper_keeps_node_events_with_when_it_saw_them(
             finished["j-1"] = DONE
         return SimpleNamespace(events=events)
 
-    monkeypatch.setattr(control, "refresh", refresh)
+    monkeypatch.setattr(refreshing, "refresh", refresh)
     backend = StandInBackend(finished)
     for_fakes = backend._new_jobs
 
