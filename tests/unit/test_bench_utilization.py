@@ -267,7 +267,7 @@ def test_elastic_column_replays_the_schedulers_recuts(tmp_path: Path) -> None:
     static = replay("s", jobs, slices, total, _request, lambda j: 50, pass_interval=60)
     elastic = replay(
         "e", jobs, slices, total, _request, lambda j: 50, pass_interval=60, recut_cost=10,
-        elastic=bench.elastic_of(policy),
+        pool_policy=bench.pool_policy(policy), in_hosts=bench.inventory_hosts(),
     )  # fmt: skip
     assert static.recuts == [] and len(set(static.held_mib.values())) == 1
     assert max(static.held_mib.values()) > 79 * GIB  # a whole card each
