@@ -59,11 +59,6 @@ class Snapshot:
     # The view the builder made, handed out by the first pool() call (no one else has it).
     _first: list[PoolView] = field(default_factory=list, compare=False, repr=False)
 
-    @property
-    def stamp(self) -> str:
-        """`now` as the ledger writes times."""
-        return format_ts(self.now)
-
     def pool(self) -> PoolView:
         """A fresh working view of the pool as it is in the snapshot."""
         if self._first:
