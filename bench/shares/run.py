@@ -7,7 +7,8 @@
 The contended day of bench/utilization (jobtrace.make_contended_trace) with two teams:
 every inference job is team `inference`, every training job team `training`. Replayed
 five ways, all starting from the `mixed` layout's slices, every pass through
-gpupoolctl.sched.schedule_pass(..., preempt=True, shares=ShareInputs(...)) (sharereplay.py):
+gpupoolctl.sched.snapshot.run_pass(snapshot, preempt=True) on the snapshot production's
+builder makes of the replay's state and the column's policy (sharereplay.py):
 
   (a) static   each site's hosts split between the teams by the split rule; each team's
                jobs replayed on its own hosts' slices only (a quota = what it owns);
