@@ -7,7 +7,8 @@
 The contended day of bench/utilization (jobtrace.make_contended_trace) with two teams:
 every inference job is team `inference`, every training job team `training`. Replayed
 five ways, all starting from the `mixed` layout's slices, every pass through
-gpupoolctl.sched.schedule_pass(..., preempt=True, shares=ShareInputs(...)) (sharereplay.py):
+gpupoolctl.sched.snapshot.run_pass(snapshot, preempt=True) on the snapshot production's
+builder makes of the replay's state and the column's policy (sharereplay.py):
 
   (a) static   each site's hosts split between the teams by the split rule; each team's
                jobs replayed on its own hosts' slices only (a quota = what it owns);
@@ -63,7 +64,13 @@ from jobtrace import (  # noqa: E402
 )
 from replay import T0  # noqa: E402
 
-from gpupoolctl.policy.model import GPU_MEMORY, PoolPolicy, QuotaScope  # noqa: E402
+from gpupoolctl.policy.model import (  # noqa: E402
+    GPU_MEMORY,
+    PoolPolicy,
+    QuotaScope,
+    Team,
+    TeamsPolicy,
+)
 from gpupoolctl.sched import JobRequest  # noqa: E402
 
 SHARES = HERE / "shares.yaml"
@@ -365,34 +372,24 @@ def replay_task(task: dict[str, Any]) -> tuple[str, sharereplay.TeamRun, float, 
     if task["column"] in ("a", "a+e"):
         team = task["team"]
         jobs = [j for j in jobs if team_of(j) == team]
-        quota = {team: static_quota(task["owned"])}
-
-        def quota_of(now: datetime) -> dict[str, tuple[QuotaScope, ...]]:
-            return quota
-
+        # A team on its own sub-pool: its quota is what it owns there (nothing to borrow).
+        teams = TeamsPolicy((Team(team, 0, quota=static_quota(task["owned"])),))
+        policy = PoolPolicy(teams=teams)
+        if task.get("elastic"):  # pool.yaml's elastic section (it has no windows)
+            policy = replace(policy, elastic=load_policy(task["elastic"]).elastic)
     else:
-        policy = load_policy(task["policy"])
-
-        def quota_of(now: datetime) -> dict[str, tuple[QuotaScope, ...]]:
-            return quotas_at(policy, now)
-
-    elastic = elastic_policy = None
-    if task.get("elastic"):  # the elastic section in force at each pass, re-cuts made
-        path = task["elastic"]
-        elastic = _util().elastic_of(path)
-        elastic_policy = load_policy(path).elastic_in_force
+        policy = load_policy(task["policy"])  # c+e: its elastic section and windows too
     run = sharereplay.replay(
         task["key"],
         jobs,
         slices,
         POOL_MEMORY_MIB,
         request_of,
-        quota_of,
+        policy,
         until=DAY,
         pass_interval=task["pass_interval"],
         grace_s=task["grace"],
-        elastic=elastic,
-        elastic_policy=elastic_policy,
+        in_hosts=_util().inventory_hosts(),
         recut_cost=task["recut_cost"],
     )
     return task["key"], run, time.perf_counter() - began, time.process_time() - cpu

@@ -1,13 +1,14 @@
 """Replay a trace of teams' jobs in virtual time through the one scheduler, with reclaim.
 
-Every pass is `gpupoolctl.sched.schedule_pass(entries, view, clock, preempt=True,
-no_preempt=..., shares=ShareInputs(quotas=..., history=...))`, the call production's
-scheduling loop makes (gpupoolctl/jobs/scheduling.py); this module only executes what it
-returns, as production's jobs side does:
+Every pass is `gpupoolctl.sched.snapshot.run_pass(snapshot, preempt=True, no_preempt=...)`
+on the snapshot `gpupoolctl.sched.snapshot.snapshot` builds from the replay's state
+(bench/utilization's `Recorded`) and the pool policy, the calls production's scheduling
+loop makes (gpupoolctl/jobs/scheduling.py); this module only executes what it returns, as
+production's jobs side does:
 
-- placed: the job starts at once and runs its remaining work; the hold is kept on the
-  PoolView with the time it began (`since`, as the ledger's allocation has it) and whether
-  it borrowed (`result.borrowed`, as record_placed keeps it);
+- placed: the job starts at once and runs its remaining work; the hold is recorded with
+  the time it began (as the ledger's allocation has it) and whether it borrowed
+  (`result.borrowed`, as record_placed keeps it);
 - preempt (a reclaim, `result.reclaim`, or priority preemption inside a team): each victim
   is signalled now and its slices are free GRACE_S later (they stay held meanwhile); the
   entry it was chosen for is not given victims again while they stop (`no_preempt`, as
@@ -18,27 +19,26 @@ returns, as production's jobs side does:
   checkpoint is lost; inference restarts whole (all of the try's run is lost);
 - never: every queued entry of that shape is refused (as bench/utilization's replay does).
 
-Fair-share history (ShareInputs.history) is built as production builds it
-(jobs.teams.share_inputs, ledger State._count_usage): per team, GiB-seconds of holds that
-ended, each added at its end and decayed with gpupoolctl.ledger.state.decayed (the same
-function), plus what each team holds now times how long it has held it.
+The quotas in force (windows applied) and the fair-share history (ShareInputs) are the
+snapshot's, as production's: per team, GiB-seconds of holds that ended, each added at its
+end and decayed with gpupoolctl.ledger.state.decayed (the replay's State.team_history, as
+ledger State._count_usage keeps it), plus what each team holds now times how long it has
+held it (added by the snapshot).
 
 Reclaim honours guarantees: at every reclaim the replay recomputes, from its own record of
 who holds what (not from the scheduler's Usage), each victim team's GPU memory per scope of
 its quota in force once the victims are gone, and counts a violation wherever that is
 below the scope's nominal (`guarantee_violations`; must stay 0).
 
-Elastic re-cuts (`elastic=`, the `+e` columns): every pass gets
-schedule_pass(..., elastic=ElasticInputs) with the elastic section in force at the pass's
-time (`elastic_policy(clock)`, PoolPolicy.elastic_in_force: a window's override applies),
-and the re-cuts it returns (PassResult.recuts) are made exactly as bench/utilization's
-replay makes them (its begin_recut / finish_recut): every slice of the card must be free, the
-old slices are removed, the card is out of the pool for `recut_cost` seconds, then its new
-slices are added (at the first pass at or after that) and the PoolView is rebuilt with the
-current holds. `changed` keeps when each card last changed (a hold began or ended, a
-re-cut), for min-idle. The queue is not trimmed then (trimming is exact only without
-re-cuts: plan_recuts packs a card for the whole waiting queue), as bench/utilization's
-elastic column.
+Elastic re-cuts (a policy with an elastic section, the `+e` columns): every pass's
+snapshot has the elastic section in force at the pass's time (a window's override
+applies), and the re-cuts it returns (PassResult.recuts) are made exactly as
+bench/utilization's replay makes them (its begin_recut / finish_recut): every slice of the
+card must be free, the card is reserved for `recut_cost` seconds, then its slices are
+replaced (at the first pass at or after that). The state keeps when each card last changed
+(a hold began or ended, a re-cut), for min-idle. The queue is not trimmed then (trimming is
+exact only without re-cuts: plan_recuts packs a card for the whole waiting queue), as
+bench/utilization's elastic column.
 """
 
 from __future__ import annotations
@@ -49,34 +49,34 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from jobtrace import Job  # type: ignore[import-not-found]  # bench/utilization/jobtrace.py
 from replay import (  # type: ignore[import-not-found]  # bench/utilization
     RECUT_COST_S,
     T0,
+    Recorded,
     Recut,
     _shape,
     begin_recut,
-    blocked_cards,
     finish_recut,
-    gpu_key,
+    pass_snapshot,
+    placed_hold,
     trimmed,
 )
 from window import overlap, percentile  # type: ignore[import-not-found]  # bench/utilization
 
 from gpupoolctl.ledger.state import decayed
 from gpupoolctl.ledger.units import format_ts
-from gpupoolctl.policy.model import GPU_MEMORY, QuotaScope
-from gpupoolctl.sched import JobRequest, PoolView, QueueEntry, schedule_pass
-from gpupoolctl.sched.shares import ShareInputs, slice_amounts
+from gpupoolctl.policy.model import GPU_MEMORY, PoolPolicy, QuotaScope
+from gpupoolctl.sched import JobRequest, QueueEntry
+from gpupoolctl.sched.elastic import InHosts
+from gpupoolctl.sched.shares import slice_amounts
+from gpupoolctl.sched.snapshot import run_pass
 
 CHECKPOINT_S = 1800.0  # training writes a checkpoint every 30 min of its run (assumption)
 GRACE_S = 30.0  # a victim's slices are free this long after it is signalled
-
-# team -> its quota in force at a time (PoolPolicy.quota_in_force, windows applied)
-QuotaOf = Callable[[datetime], Mapping[str, tuple[QuotaScope, ...]]]
 
 
 @dataclass
@@ -114,7 +114,7 @@ class TeamRun:
     passes: int = 0
     pass_s: float = 0.0
     recuts: list[tuple[float, str]] = field(default_factory=list)  # (time decided, GPU key)
-    rebuilds: int = 0  # PoolViews built because the slice set changed
+    rebuilds: int = 0  # passes that saw a new slice set
 
 
 def requeued_remaining(job: Job, ran: float, remaining: float) -> tuple[float, float]:
@@ -169,31 +169,27 @@ def replay(
     slices: list[dict[str, Any]],
     total_mib: int,
     request_of: Callable[[Job], JobRequest],
-    quota_of: QuotaOf,
+    pool_policy: PoolPolicy,
     *,
     until: float | None = None,
     pass_interval: float = 60.0,
     grace_s: float = GRACE_S,
     trim: bool = True,
     policy: str = "best-fit",
-    elastic: Callable[[dict[str, dict[str, Any]], dict[str, datetime]], Any] | None = None,
-    elastic_policy: Callable[[datetime], Any] | None = None,
+    in_hosts: InHosts | None = None,
     recut_cost: float = RECUT_COST_S,
 ) -> TeamRun:
     """Replay `jobs` (each of team request_of(job).team) on `slices`; see the module doc.
 
-    `elastic`: the elastic inputs from the slices now and when each card last changed
-    (bench/utilization's replay.ElasticOf, e.g. its run.elastic_of(policy file));
-    `elastic_policy`: the elastic section in force at a time (PoolPolicy.elastic_in_force),
-    put into the inputs of every pass. The queue is then never trimmed."""
-    current: dict[str, dict[str, Any]] = {s["id"]: s for s in slices}
-    view = PoolView(slices)
-    by_slice = current  # every slice held now is in the pool now (re-cut cards are idle)
-    trim = trim and elastic is None
+    `pool_policy`: the teams and their quotas, the windows, and the elastic section (the
+    one in force at each pass, windows applied, as production's snapshot reads it);
+    `in_hosts` resolves its host patterns. With an elastic section the queue is never
+    trimmed."""
+    state = Recorded(slices)
+    by_slice = state.slices  # every slice held now is in the pool now (re-cut cards are idle)
+    elastic = pool_policy.elastic.enabled or any(w.elastic for w in pool_policy.windows)
+    trim = trim and not elastic
     pending: list[tuple[float, int, Recut]] = []  # (ready, order, re-cut) mid-cost
-    recutting: dict[str, float] = {}  # GPU key -> when its new slices appear
-    changed: dict[str, datetime] = {}  # GPU key -> when a hold began or ended, or a re-cut
-    inputs: Any = None  # the elastic inputs; rebuilt when the slice set changes
     run = TeamRun(name, total_mib)
     by_id = {j.id: j for j in jobs}
     arrivals = sorted(jobs, key=lambda j: (j.arrival, j.id))
@@ -212,6 +208,7 @@ def replay(
     seq = 0
     index = 0
     tick = 0
+    known = state.slices  # the slice set the last pass saw
 
     def push(at: float, kind: str, job_id: str) -> None:
         nonlocal order
@@ -250,34 +247,18 @@ def replay(
         value = decayed(float(before[0]), str(before[1]), ts) if before else 0.0
         ended[team] = [value + held_mib / 1024 * max(0.0, end - start), ts]
 
-    def history(now: float) -> dict[str, float]:
-        """jobs.teams.share_inputs: ended holds decayed to now, plus the holds now."""
-        ts = format_ts(T0 + timedelta(seconds=now))
-        out = {team: decayed(float(v), str(at), ts) for team, (v, at) in ended.items()}
-        for job_id, (team, _) in holding.items():
-            if team:
-                last = run.tries[job_id][-1]
-                out[team] = out.get(team, 0.0) + last.held_mib / 1024 * max(0.0, now - last.start)
-        return out
+    def history(ts: str) -> dict[str, float]:
+        """ledger State.team_history: ended holds decayed to `ts` (the snapshot adds the
+        holds now, as production's)."""
+        return {team: decayed(float(v), str(at), ts) for team, (v, at) in ended.items()}
 
-    def touch(slice_ids: Sequence[str], at: float) -> None:
-        moment = T0 + timedelta(seconds=at)
-        for sid in slice_ids:
-            entry = current.get(sid)
-            if entry is not None:
-                changed[gpu_key(entry)] = moment
-
-    def rebuild() -> None:
-        nonlocal view, inputs
-        view = PoolView(list(current.values()), list(view.holds.values()))
-        run.rebuilds += 1
-        inputs = None
+    state.history = history
 
     def end_try(job_id: str, at: float, stopped: bool, requeue: bool = True) -> None:
         job = by_id[job_id]
         last = run.tries[job_id][-1]
         team, _ids = holding.pop(job_id)
-        touch(view.unhold(entry_key[job_id]).slices, at)
+        state.touch(state.release(entry_key[job_id]).slices, at)
         del entry_key[job_id]
         count_usage(team, last.held_mib, last.start, at)
         stopping.pop(job_id, None)
@@ -292,7 +273,7 @@ def replay(
         if requeue:
             enqueue(job, at)
 
-    entry_key: dict[str, str] = {}  # job -> the alloc id of its hold on the view
+    entry_key: dict[str, str] = {}  # job -> the alloc id of its hold
 
     while index < len(arrivals) or events or queue or pending:
         times = []
@@ -302,7 +283,7 @@ def replay(
             times.append(events[0][0])
         if pending:
             times.append(pending[0][0])
-        if queue and (times or (elastic is not None and until is not None)):
+        if queue and (times or (elastic and until is not None)):
             # cron runs the pass while work waits (with re-cuts, work may wait for one: its
             # batch window, a card's min-idle; the window's end stops the replay)
             times.append(tick * pass_interval)
@@ -322,47 +303,37 @@ def replay(
             if kind == "free" and job_id not in stopping:
                 continue
             end_try(job_id, at, stopped=(kind == "free"))
-        if pending and pending[0][0] <= now:
-            while pending and pending[0][0] <= now:  # re-cuts whose cost has elapsed
-                _, _, recut = heapq.heappop(pending)
-                touch(finish_recut(recut, current, view, recutting), now)
-            rebuild()
+        while pending and pending[0][0] <= now:  # re-cuts whose cost has elapsed
+            _, _, recut = heapq.heappop(pending)
+            state.touch(finish_recut(recut, state), now)
+        by_slice = state.slices
+        if state.slices is not known:
+            known = state.slices
+            run.rebuilds += 1
         while index < len(arrivals) and arrivals[index].arrival <= now:
             enqueue(arrivals[index], arrivals[index].arrival)
             index += 1
         clock = T0 + timedelta(seconds=now)
-        quotas = quota_of(clock)
-        shares = ShareInputs(quotas=quotas, history=history(now))
         began = time.perf_counter()
+        snap = pass_snapshot(state, pool_policy, clock, in_hosts)
+        assert snap.shares is not None, "a shares replay needs a policy with teams"
+        quotas = snap.shares.quotas
+        view = snap.pool()
         entries = trimmed(queue, view, keys, shapes) if trim else list(queue.values())
         no_preempt = frozenset(stopping.values())
-        if elastic is not None and inputs is None:
-            inputs = elastic(current, changed)
-        if inputs is not None:
-            force = elastic_policy(clock) if elastic_policy is not None else inputs.policy
-            inputs = replace(
-                inputs, policy=force, changed=changed, blocked=blocked_cards(recutting)
-            )
-        result = schedule_pass(
-            entries,
-            view,
-            clock,
-            policy,
-            preempt=True,
-            no_preempt=no_preempt,
-            shares=shares,
-            elastic=inputs,
+        result = run_pass(
+            snap.with_queue(entries), policy, preempt=True, no_preempt=no_preempt, pool=view
         )
         run.pass_s += time.perf_counter() - began
         run.passes += 1
-        since = format_ts(clock)
         for entry, placement in result.placed:
             job_id = str(entry.job)
             del queue[entry.id]
             assert job_id not in holding, f"{job_id}: placed while it holds slices"
-            # The hold as the ledger keeps it: when it began (reclaim takes the newest first).
-            holder = view.unhold(entry.id)
-            view.hold(placement.slices, replace(holder, since=since))
+            # The hold as the ledger keeps it: when it began (reclaim takes the newest first),
+            # whether it borrowed.
+            borrowed = {"borrowed": True} if entry.id in result.borrowed else {}
+            state.hold(placed_hold(entry, placement.slices, clock, **borrowed))
             entry_key[job_id] = entry.id
             holding[job_id] = (entry.request.team, tuple(placement.slices))
             run.queued[job_id][-1][1] = now
@@ -371,7 +342,7 @@ def replay(
                 Try(now, now + remaining[job_id], held, tuple(placement.slices))
             )
             push(now + remaining[job_id], "end", job_id)
-            touch(placement.slices, now)
+            state.touch(placement.slices, now)
         never = {shapes[keys[entry.id]] for entry, _ in result.never}
         for entry_id in [i for i in queue if never and shapes[keys[i]] in never]:
             run.refused.append(str(queue[entry_id].job))
@@ -392,9 +363,7 @@ def replay(
                 push(now + grace_s, "free", victim)
         decided = [Recut(r.card.key, r.slices(), tuple(r.card.slices)) for r in result.recuts]
         for recut in decided:  # as bench/utilization's replay makes them
-            begin_recut(
-                recut, current, view, recutting, pending, run.recuts, now, recut_cost, touch
-            )
+            begin_recut(recut, state, view, pending, run.recuts, now, recut_cost)
     if until is not None:
         run.waiting.extend(entry_of_job_id(queue))
         # What happens by the end of the window without another pass: completions and

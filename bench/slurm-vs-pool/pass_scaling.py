@@ -7,7 +7,7 @@ held and N jobs queued (so that nothing fits and the whole queue is gone through
 Two queues: N identical requests (the stress ramp's: one slice of >= 10 GB), which the pass
 answers once and reuses (sched.queue's per-shape memo), and N requests that all differ (each
 asks a slightly different amount of memory), which it cannot reuse. Per N: the median wall
-time of queued_entries (the queue as the scheduler takes it), PoolView.from_state (the pool
+time of sched.snapshot.queued (the queue as the scheduler takes it), PoolView.from_state (the pool
 with its holds) and schedule_pass, each alone, in milliseconds.
 """
 
@@ -95,9 +95,9 @@ def measure(
     slices: dict[str, dict[str, Any]], queued: int, distinct: bool, repeat: int
 ) -> tuple[float, float, float]:
     """Median ms of (the queue's entries, the pool view, the pass less its view)."""
-    from gpupoolctl.jobs.service import queued_entries
     from gpupoolctl.ledger.units import parse_ts
     from gpupoolctl.sched import PoolView, schedule_pass
+    from gpupoolctl.sched.snapshot import queued as queued_entries
 
     state, ts = full_pool_with_queue(slices, queued, distinct)
     now = parse_ts(ts)

@@ -1,30 +1,30 @@
 """Replay a trace in virtual time through the real queue and placement code.
 
-Event loop: at each arrival, completion or re-cut end, completions free their slices
-(view.unhold), re-cuts whose cost has elapsed add their new slices, arrivals join the queue
-(QueueEntry, enqueued at their arrival), then one `gpupoolctl.sched.schedule_pass` runs:
-`order_queue` (priority, FIFO, aging) and `place` for each entry on the PoolView; every
-placement starts at once and runs its duration. With `until`, no event at or after that
-time is processed (the contended day stops at the end of its window); without it the
-replay runs until every job has run or can never run (the reference day). With
-`pass_interval`, passes run on that cadence (every tick while work waits or a hook is
-given, else the first tick after the next event) instead of at every event: events still
-happen at their own times (a completion frees its slices then), placements at the next
-tick, as with `gpupoolctl schedule` from cron (every minute) or `schedule --watch 60s`.
+Event loop: at each arrival, completion or re-cut end, completions release their holds,
+re-cuts whose cost has elapsed replace their card's slices, arrivals join the queue
+(QueueEntry, enqueued at their arrival), then one pass runs: its snapshot is built from the
+replay's state (`Recorded`, an in-memory stand-in for the ledger's state) by
+`gpupoolctl.sched.snapshot.snapshot`, the function production builds its snapshot with, and
+`gpupoolctl.sched.snapshot.run_pass` decides on it (`order_queue`: priority, FIFO, aging;
+`place` for each entry); every placement is recorded as a hold and runs its duration. With
+`until`, no event at or after that time is processed (the contended day stops at the end of
+its window); without it the replay runs until every job has run or can never run (the
+reference day). With `pass_interval`, passes run on that cadence (every tick while work
+waits or a hook is given, else the first tick after the next event) instead of at every
+event: events still happen at their own times (a completion frees its slices then),
+placements at the next tick, as with `gpupoolctl schedule` from cron (every minute) or
+`schedule --watch 60s`.
 
-Extension point (elastic): `replay(..., hook=...)`. After each pass's placements the hook
-gets a PassContext and may return re-cuts: `Recut(gpu="host/gpuN", slices=[slice dicts])`.
-The replay then, for each re-cut, asserts that every slice of that GPU is free, holds
-them for the re-cut for `recut_cost` seconds as production's reshape record does (nothing
-is placed on them, the card stays in the pool's view and in the elastic inputs as
-`blocked`; jobs elsewhere, and jobs on other GPUs, are never disturbed), and replaces them
-with the new slices when the cost has elapsed (an event of its own, so a pass follows at
-once). The bench makes no decision of its own: the
-hook is where gpupoolctl.sched's elastic decision plugs in; without a hook nothing is re-cut.
-
-A PoolView's slice set is fixed when it is built (a Skeleton), so every change of the slice
-set builds a new PoolView from the current slices with the current holds re-applied; the
-time that takes is counted in Run.rebuild_s / Run.rebuilds.
+Re-cuts: with `pool_policy` (a pool policy with an elastic section) the pass decides them,
+with the section in force at the pass's time (a window may replace it), as production's
+pass does. Extension point: `replay(..., hook=...)`. After each pass's placements the hook
+gets a PassContext and may return more: `Recut(gpu="host/gpuN", slices=[slice dicts])`. For
+each re-cut the replay asserts that every slice of that GPU is free and records a
+reservation as production's reshape record does (for `recut_cost` seconds nothing is placed
+on them, the card stays in the pool's view and in the elastic inputs as blocked; jobs
+elsewhere, and jobs on other GPUs, are never disturbed), then replaces its slices with the
+new ones when the cost has elapsed (an event of its own, so a pass follows at once). The
+bench makes no decision of its own.
 """
 
 from __future__ import annotations
@@ -32,15 +32,20 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobtrace import Job  # type: ignore[import-not-found]  # bench/utilization/jobtrace.py
 
-from gpupoolctl.sched import Holder, JobRequest, PassResult, PoolView, QueueEntry, schedule_pass
-from gpupoolctl.sched.pool import RESHAPE_OWNER
+from gpupoolctl.sched import JobRequest, PassResult, PoolView, QueueEntry
+from gpupoolctl.sched.snapshot import Snapshot, run_pass, snapshot
+from gpupoolctl.timestamps import format_ts
+
+if TYPE_CHECKING:
+    from gpupoolctl.policy.model import PoolPolicy
+    from gpupoolctl.sched.elastic import InHosts
 
 T0 = datetime(2025, 6, 2, tzinfo=UTC)
 RECUT_COST_S = 10.0  # default: the GPU is out of the pool this long per re-cut
@@ -57,10 +62,10 @@ class Run:
     waiting: list[str] = field(default_factory=list)  # still queued when `until` came
     passes: int = 0
     recuts: list[tuple[float, str]] = field(default_factory=list)  # (time decided, GPU key)
-    rebuilds: int = 0  # PoolViews built because the slice set changed
-    rebuild_s: float = 0.0  # wall-clock seconds those builds took
-    pass_s: float = 0.0  # wall-clock seconds in schedule_pass
-    # Per pass: (virtual seconds, entries queued when it began, wall-clock seconds it took)
+    rebuilds: int = 0  # passes that saw a new slice set (its pool index built anew)
+    pass_s: float = 0.0  # wall-clock seconds building the snapshot and in the pass
+    # Per pass: (virtual seconds, entries queued when it began, wall-clock seconds of the
+    # snapshot and the pass)
     pass_log: list[tuple[float, int, float]] = field(default_factory=list)
 
 
@@ -90,9 +95,6 @@ class PassContext:
 
 
 RecutHook = Callable[[PassContext], Iterable[Recut]]
-# The elastic inputs of a pass (gpupoolctl.sched.elastic.ElasticInputs), built from the
-# pool's slices now and when each GPU last changed (GPU key -> time).
-ElasticOf = Callable[[dict[str, dict[str, Any]], dict[str, datetime]], Any]
 
 
 def gpu_key(entry: dict[str, Any]) -> str:
@@ -143,17 +145,115 @@ def trimmed(
     return kept
 
 
-def recut_old(
-    recut: Recut, current: dict[str, dict[str, Any]], view: PoolView, recutting: dict[str, float]
-) -> list[str]:
+@dataclass(eq=False)
+class Hold:
+    """An allocation as the replay records it (sched.recorded.RecordedHold)."""
+
+    id: str
+    owner: str
+    slices: tuple[str, ...]
+    created: str
+    request: dict[str, Any]
+    expires: str | None = None
+
+
+class Recorded:
+    """The ledger's state as a replay keeps it, in memory (sched.recorded.RecordedState):
+    the slices, the holds, the cards being re-cut, when each card last changed. Every pass
+    builds its snapshot from it with gpupoolctl.sched.snapshot, the function production
+    builds its snapshot with. The slice map is replaced, never edited, when the slice set
+    changes (as the ledger's is: the pool view and the elastic cards are kept by its
+    identity)."""
+
+    def __init__(self, slices: Iterable[dict[str, Any]]) -> None:
+        self.slices: dict[str, dict[str, Any]] = {s["id"]: s for s in slices}
+        self.holders: dict[str, str] = {}
+        self.allocations: dict[str, Hold] = {}
+        self.reshapes: dict[str, dict[str, Any]] = {}
+        self.card_changed: dict[str, str] = {}
+        self.card_failed: dict[str, str] = {}
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.queue: dict[str, dict[str, Any]] = {}
+        self.drains: dict[str, dict[str, dict[str, Any]]] = {}
+        self.lost: dict[str, dict[str, Any]] = {}
+        self.silent: dict[str, str] = {}
+        self.answered: dict[str, str] = {}
+        self.fences: dict[str, dict[str, Any]] = {}
+        self.quarantined: dict[str, dict[str, Any]] = {}
+        # The teams' usage of holds that ended, decayed to a time (sharereplay sets it).
+        self.history: Callable[[str], dict[str, float]] = lambda now: {}
+
+    def active(self, now: str) -> dict[str, Hold]:
+        return self.allocations  # a replay's holds never expire
+
+    def holder(self, slice_id: str, now: str) -> Hold | None:
+        alloc = self.holders.get(slice_id)
+        return self.allocations.get(alloc) if alloc is not None else None
+
+    def recutting_slices(self) -> dict[str, str]:
+        return {sid: r["id"] for r in self.reshapes.values() for sid in r["slices"]}
+
+    def team_history(self, now: str) -> dict[str, float]:
+        return self.history(now)
+
+    def hold(self, hold: Hold) -> None:
+        busy = [sid for sid in hold.slices if sid in self.holders]
+        assert not busy, f"{hold.id}: slices held already: {busy}"
+        self.allocations[hold.id] = hold
+        for sid in hold.slices:
+            self.holders[sid] = hold.id
+
+    def release(self, alloc_id: str) -> Hold:
+        hold = self.allocations.pop(alloc_id)
+        for sid in hold.slices:
+            del self.holders[sid]
+        return hold
+
+    def touch(self, slice_ids: Iterable[str], at: float) -> None:
+        """The cards of these slices changed at `at` (virtual seconds)."""
+        stamp = exact_ts(T0 + timedelta(seconds=at))
+        for sid in slice_ids:
+            entry = self.slices.get(sid)
+            if entry is not None:
+                self.card_changed[gpu_key(entry)] = stamp
+
+
+def exact_ts(moment: datetime) -> str:
+    """A time as text to the microsecond the replay keeps (the ledger writes milliseconds;
+    a replay's completions fall anywhere, and min-idle is decided on them)."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def placed_hold(entry: QueueEntry, slices: Sequence[str], clock: datetime, **more: Any) -> Hold:
+    """The hold a placement records, as production's record_placed does: the job, its
+    priority and whether it may be preempted, its team (`more`: borrowed)."""
+    request: dict[str, Any] = {
+        "job": entry.job,
+        "priority": entry.request.priority,
+        "preemptible": entry.request.preemptible,
+    }
+    if entry.request.team is not None:
+        request["team"] = entry.request.team
+    request.update(more)
+    return Hold(entry.id, entry.owner, tuple(slices), format_ts(clock), request)
+
+
+def pass_snapshot(
+    state: Recorded, policy: PoolPolicy | None, clock: datetime, in_hosts: InHosts | None
+) -> Snapshot:
+    """The pass's snapshot of the replay's state (the queue is the replay's own)."""
+    return snapshot(state, policy, clock, in_hosts=in_hosts, queue=())
+
+
+def recut_old(recut: Recut, state: Recorded, view: PoolView) -> list[str]:
     """The slice ids a re-cut removes, checked: the GPU is not being re-cut already, every
-    one of its slices is free, its new slices are on it. The caller removes them from
-    `current`, keeps the GPU out for the re-cut's cost, then calls finish_recut."""
-    assert recut.gpu not in recutting, f"re-cut {recut.gpu}: already being re-cut"
+    one of its slices is free, its new slices are on it. The caller keeps the GPU out for
+    the re-cut's cost, then calls finish_recut."""
+    assert recut.gpu not in state.reshapes, f"re-cut {recut.gpu}: already being re-cut"
     old = (
         list(recut.old)
         if recut.old is not None
-        else [sid for sid, s in current.items() if gpu_key(s) == recut.gpu]
+        else [sid for sid, s in state.slices.items() if gpu_key(s) == recut.gpu]
     )
     busy = [sid for sid in old if not view.is_free(sid)]
     assert not busy, f"re-cut {recut.gpu}: slices held: {busy}"
@@ -163,53 +263,43 @@ def recut_old(
     return old
 
 
-def reshape_holder(recut: Recut, old: Sequence[str]) -> Holder:
-    """What holds a card's old slices while it is re-cut, as production's reshape record
-    does (sched.pool's reshape holders): nothing is placed on them, the card is still the
-    pool's (placement and elastic still know what it can become), and it is not idle."""
-    return Holder(alloc=f"reshape:{recut.gpu}", owner=RESHAPE_OWNER, slices=tuple(old))
-
-
 def begin_recut(
     recut: Recut,
-    current: dict[str, dict[str, Any]],
+    state: Recorded,
     view: PoolView,
-    recutting: dict[str, float],
     pending: list[tuple[float, int, Recut]],
     made: list[tuple[float, str]],
     now: float,
     cost: float,
-    touch: Callable[[Iterable[str], float], None],
 ) -> None:
-    """Start a re-cut: its old slices are touched (their card changed now) and held by the
-    re-cut (reshape_holder) until now + cost (an event in `pending`), and it is counted in
-    `made`."""
-    old = recut_old(recut, current, view, recutting)
-    touch(old, now)
-    view.hold(old, reshape_holder(recut, old))
-    recutting[recut.gpu] = now + cost
+    """Start a re-cut: its old slices are touched (their card changed now) and reserved by
+    a reshape record (as production's: nothing is placed on them, the card is still the
+    pool's and not idle, elastic sees it blocked) until now + cost (an event in
+    `pending`), and it is counted in `made`."""
+    old = recut_old(recut, state, view)
+    state.touch(old, now)
+    # One reservation per card, named after it (production's are numbered records).
+    state.reshapes[recut.gpu] = {
+        "id": recut.gpu,
+        "gpu": recut.gpu,
+        "slices": list(old),
+        "ready": now + cost,
+    }
     heapq.heappush(pending, (now + cost, len(made), replace(recut, old=tuple(old))))
     made.append((now, recut.gpu))
 
 
-def finish_recut(
-    recut: Recut, current: dict[str, dict[str, Any]], view: PoolView, recutting: dict[str, float]
-) -> list[str]:
-    """A re-cut whose cost has elapsed: its old slices leave `current` and its new slices
-    join (ids: returned). The caller rebuilds the view (the slice set changed)."""
-    del recutting[recut.gpu]
-    view.unhold(f"reshape:{recut.gpu}")
-    for sid in recut.old or ():
-        del current[sid]
+def finish_recut(recut: Recut, state: Recorded) -> list[str]:
+    """A re-cut whose cost has elapsed: its reservation is closed, its old slices leave the
+    state and its new slices join (ids: returned), in a new slice map."""
+    del state.reshapes[recut.gpu]
+    gone = set(recut.old or ())
+    slices = {sid: s for sid, s in state.slices.items() if sid not in gone}
     for entry in recut.slices:
-        assert entry["id"] not in current, f"re-cut {recut.gpu}: {entry['id']} exists"
-        current[entry["id"]] = entry
+        assert entry["id"] not in slices, f"re-cut {recut.gpu}: {entry['id']} exists"
+        slices[entry["id"]] = entry
+    state.slices = slices
     return [e["id"] for e in recut.slices]
-
-
-def blocked_cards(recutting: Mapping[str, float]) -> dict[str, str]:
-    """ElasticInputs.blocked for the cards being re-cut (production: its reshape records)."""
-    return {gpu: "being re-cut" for gpu in recutting}
 
 
 def replay(
@@ -226,41 +316,25 @@ def replay(
     recut_cost: float = RECUT_COST_S,
     pass_interval: float | None = None,
     trim: bool = False,
-    elastic: ElasticOf | None = None,
+    pool_policy: PoolPolicy | None = None,
+    in_hosts: InHosts | None = None,
 ) -> Run:
-    """`elastic`: the pass runs with elastic re-cuts (schedule_pass(..., elastic=...), the
-    one scheduler) and the re-cuts it decides are made as a hook's are."""
-    current: dict[str, dict[str, Any]] = {s["id"]: s for s in slices}
-    view = PoolView(slices)
+    """`pool_policy`: the pool policy file's (its elastic section, or a window's in force
+    at the pass's time): the pass runs with elastic re-cuts (the one scheduler) and the
+    re-cuts it decides are made as a hook's are. `in_hosts` resolves its host patterns."""
+    state = Recorded(slices)
     run = Run(name, total_mib)
     by_id = {j.id: j for j in jobs}
     arrivals = sorted(jobs, key=lambda j: (j.arrival, j.id))
     running: list[tuple[float, str]] = []  # (end, job id)
     pending: list[tuple[float, int, Recut]] = []  # (ready, order, re-cut) mid-cost
-    recutting: dict[str, float] = {}
     queue: dict[str, QueueEntry] = {}
     groups: dict[tuple[JobRequest, int], int] = {}  # (shape, priority) -> group number
     shapes: list[JobRequest] = []  # group number -> shape
     keys: dict[str, int] = {}  # entry id -> group number
     index = 0
     tick = 0
-    changed: dict[str, datetime] = {}  # GPU key -> when a hold began or ended, or a re-cut
-    inputs = None  # the elastic inputs; rebuilt when the slice set changes
-
-    def touch(slice_ids: Iterable[str], at: float) -> None:
-        moment = T0 + timedelta(seconds=at)
-        for sid in slice_ids:
-            entry = current.get(sid)
-            if entry is not None:
-                changed[gpu_key(entry)] = moment
-
-    def rebuild() -> None:
-        nonlocal view
-        began = time.perf_counter()
-        holders = list(view.holds.values())
-        view = PoolView(list(current.values()), holders)
-        run.rebuild_s += time.perf_counter() - began
-        run.rebuilds += 1
+    known = state.slices  # the slice set the last pass saw
 
     while index < len(arrivals) or running or queue or pending:
         times = []
@@ -285,15 +359,10 @@ def replay(
             break
         while running and running[0][0] <= now:
             end, job_id = heapq.heappop(running)
-            touch(view.unhold(job_id).slices, end)
-        changed_set = False
+            state.touch(state.release(job_id).slices, end)
         while pending and pending[0][0] <= now:
             _, _, recut = heapq.heappop(pending)
-            touch(finish_recut(recut, current, view, recutting), now)
-            changed_set = True
-        if changed_set:
-            rebuild()
-            inputs = None
+            state.touch(finish_recut(recut, state), now)
         while index < len(arrivals) and arrivals[index].arrival <= now:
             job = arrivals[index]
             request: JobRequest = request_of(job)
@@ -313,12 +382,13 @@ def replay(
             index += 1
         clock = T0 + timedelta(seconds=now)
         began = time.perf_counter()
+        if state.slices is not known:  # a new slice set: its pool index is built anew
+            known = state.slices
+            run.rebuilds += 1
+        snap = pass_snapshot(state, pool_policy, clock, in_hosts)
+        view = snap.pool()
         entries = trimmed(queue, view, keys, shapes) if trim else list(queue.values())
-        if elastic is not None and inputs is None:
-            inputs = elastic(current, changed)
-        if inputs is not None:
-            inputs = replace(inputs, changed=changed, blocked=blocked_cards(recutting))
-        result = schedule_pass(entries, view, clock, policy, elastic=inputs)
+        result = run_pass(snap.with_queue(entries), policy, pool=view)
         took = time.perf_counter() - began
         run.pass_s += took
         run.pass_log.append((now, len(entries), took))
@@ -330,19 +400,19 @@ def replay(
             run.ends[job.id] = now + job.duration
             run.held_mib[job.id] = sum(view.slices[s]["memory_mib"] for s in placement.slices)
             heapq.heappush(running, (now + job.duration, job.id))
-            touch(placement.slices, now)
+            state.hold(placed_hold(entry, placement.slices, clock))
+            state.touch(placement.slices, now)
         never = {shapes[keys[entry.id]] for entry, _ in result.never}
         for entry_id in [i for i in queue if never and shapes[keys[i]] in never]:
             del queue[entry_id]  # every entry of a shape that can never fit, trimmed or not
             run.refused.append(entry_id)
         decided = [Recut(r.card.key, r.slices(), tuple(r.card.slices)) for r in result.recuts]
         if hook is not None:
+            recutting = {r["gpu"]: r["ready"] for r in state.reshapes.values()}
             context = PassContext(
-                now, clock, view, list(queue.values()), result, dict(current), dict(recutting)
+                now, clock, view, list(queue.values()), result, dict(state.slices), recutting
             )
             decided += list(hook(context))
         for recut in decided:  # the slice set stays as it is until the re-cut is done
-            begin_recut(
-                recut, current, view, recutting, pending, run.recuts, now, recut_cost, touch
-            )
+            begin_recut(recut, state, view, pending, run.recuts, now, recut_cost)
     return run

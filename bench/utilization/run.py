@@ -199,16 +199,9 @@ def slice_sizes(slices: list[dict[str, Any]]) -> dict[str, list[int]]:
     return {vendor: sorted(found) for vendor, found in sizes.items()}
 
 
-def elastic_of(policy_file: Path) -> Any:
-    """The elastic inputs of a pass: the pool policy file's elastic section, the cards of
-    the slices now, and when each last changed (replay.ElasticOf). Host patterns in the
-    policy are read through the bundled inventory, as the CLI reads them. Nothing here
-    decides: gpupoolctl.sched.schedule_pass does, with these inputs."""
-    from gpupoolctl.policy import load_policy
-    from gpupoolctl.sched.cards import cards_of
-    from gpupoolctl.sched.elastic import ElasticInputs
-
-    policy = load_policy(policy_file).elastic
+def inventory_hosts() -> Any:
+    """How a policy rule's host pattern selects hosts: through the bundled inventory, as the
+    CLI reads them (sched.elastic.InHosts)."""
     inventory = load_inventory(simpool.INVENTORY)
     chosen: dict[str, set[str]] = {}
 
@@ -217,10 +210,15 @@ def elastic_of(policy_file: Path) -> Any:
             chosen[pattern] = {h.name for h in inventory.select(pattern)}
         return host in chosen[pattern]
 
-    def inputs(slices: dict[str, dict[str, Any]], changed: dict[str, Any]) -> Any:
-        return ElasticInputs(policy, cards_of(slices.values()), in_hosts, changed)
+    return in_hosts
 
-    return inputs
+
+def pool_policy(policy_file: Path) -> Any:
+    """The pool policy file, read by the product's own parser: what the elastic column's
+    passes read (its elastic section, or a window's in force at the pass's time)."""
+    from gpupoolctl.policy import load_policy
+
+    return load_policy(policy_file)
 
 
 # Where the elastic column starts (elastic-start.yaml): every card whole, the A100s in MIG
@@ -260,7 +258,8 @@ def replay_task(task: dict[str, Any]) -> tuple[str, Run, float]:
             # Trimming is exact only for passes without re-cuts (replay.trimmed): the
             # elastic column gets the whole queue, as production does.
             trim=task["column"] != "elastic",
-            elastic=elastic_of(task["policy"]) if task["column"] == "elastic" else None,
+            pool_policy=pool_policy(task["policy"]) if task["column"] == "elastic" else None,
+            in_hosts=inventory_hosts(),
         )
     return task["key"], run, time.perf_counter() - began
 

@@ -79,7 +79,6 @@ def metrics(run: Run, jobs: list[Job], window: float = DAY) -> dict[str, Any]:
         "recuts": len(run.recuts),
         "passes": run.passes,
         "rebuilds": run.rebuilds,
-        "rebuild_ms": 1000 * run.rebuild_s / run.rebuilds if run.rebuilds else 0.0,
     }
 
 

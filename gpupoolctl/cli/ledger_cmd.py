@@ -365,12 +365,13 @@ def alloc(
     from dataclasses import replace
 
     from gpupoolctl.jobs.alloc import alloc as hold
-    from gpupoolctl.jobs.teams import resolve_team, share_inputs
+    from gpupoolctl.jobs.teams import resolve_team
     from gpupoolctl.ledger import current_user
     from gpupoolctl.ledger.units import parse_duration, parse_memory_mib
     from gpupoolctl.policy import resolve_policy
     from gpupoolctl.policy.actor import is_pool_admin
     from gpupoolctl.sched import JobRequest
+    from gpupoolctl.sched.snapshot import share_inputs
 
     settings: Settings = ctx.obj
     count = gpus
@@ -400,7 +401,7 @@ def alloc(
         request,
         owner=who,
         ttl=life,
-        shares=lambda state, now: share_inputs(policy, state, now),
+        shares=lambda state, now: share_inputs(state, policy, now),
     )
     _warn_all(done.warnings)
     held: Allocation = done.value

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupoolctl.jobs import scheduling, teams
-from gpupoolctl.jobs.service import JobsCore, queued_entries
+from gpupoolctl.jobs import scheduling
+from gpupoolctl.jobs.service import JobsCore
 
 
 def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
@@ -14,23 +14,13 @@ def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
     preemption and elastic re-cuts included), on the ledger as it is and a view that is
     thrown away: one event per decision, in the pass's order. Writes nothing and asks no
     node (so jobs that ended since the last pass still hold their slices here)."""
-    from gpupoolctl.ledger.units import parse_ts
-    from gpupoolctl.sched import schedule_pass
+    from gpupoolctl.sched.snapshot import run_pass
 
     view = view or jobs.read()
-    state = view.state
-    entries, _ = queued_entries(state)
-    if not entries:
+    snap = jobs.snapshot(view.state, view.now)
+    if not snap.queue:
         return []
-    result = schedule_pass(
-        entries,
-        jobs.pool(state, view.now),
-        parse_ts(view.now),
-        preempt=True,
-        elastic=jobs.elastic_inputs(state, view.now),
-        shares=teams.share_inputs(jobs.policy, state, view.now, jobs.hosts),
-        foresee=True,
-    )
+    result = run_pass(snap, preempt=True, foresee=True)
     events: list[dict[str, Any]] = []
     for entry, placement in result.placed:
         events.append(
@@ -65,7 +55,7 @@ def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
             }
         )
     for entry, nofit in result.waiting:
-        events.append(scheduling.waiting_event(result, entry, nofit, parse_ts(view.now)))
+        events.append(scheduling.waiting_event(result, entry, nofit, snap.now))
     for entry, nofit in result.never:
         events.append({"event": "would-refuse", "job": entry.job, "reason": nofit.reason})
     return events

@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpupoolctl.jobs import hooks, launching, reaping, repartition, reshape, stopping, teams
+from gpupoolctl.jobs import hooks, launching, reaping, repartition, reshape, stopping
 from gpupoolctl.jobs.errors import JobError
-from gpupoolctl.jobs.service import JobsCore, Outcome, queued_entries
+from gpupoolctl.jobs.service import JobsCore, Outcome
 from gpupoolctl.ledger import State, Transaction
-from gpupoolctl.ledger.units import format_ts, parse_ts
-from gpupoolctl.sched import NoFit, PassResult, QueueEntry, schedule_pass
+from gpupoolctl.ledger.units import format_ts
+from gpupoolctl.sched import NoFit, PassResult, QueueEntry
+from gpupoolctl.sched.snapshot import run_pass
 
 MAX_ROUNDS = 50  # bounded: a round places, preempts or re-cuts; the next sees the result
 
@@ -106,36 +107,27 @@ def _decide(
     preempted_for: frozenset[str],
     recut_cards: frozenset[str] = frozenset(),
 ) -> _Round:
-    """One pass of the scheduler (sched.schedule_pass) on the ledger as it is inside this
-    transaction, and its records: placements (dequeue, alloc, job pending), refusals,
-    preemption marks, re-cut reservations. Side effects on nodes come after, outside."""
+    """One pass of the scheduler (sched.snapshot.run_pass) on the snapshot of the ledger as
+    it is inside this transaction, and its records: placements (dequeue, alloc, job
+    pending), refusals, preemption marks, re-cut reservations. Side effects on nodes come
+    after, outside."""
     state = tx.state
     found = _Round()
-    entries, stale = queued_entries(state)
-    for entry_id in stale:
+    snap = jobs.snapshot(state, tx.now)
+    for entry_id in snap.stale:
         tx.append("dequeue", {"id": entry_id, "reason": "its job is no longer queued"})
-    if not entries:
+    if not snap.queue:
         return found
-    now = parse_ts(tx.now)
-    stopping = {e.id for e in entries if e.job and preempting_for(state, e.job)}
+    now = snap.now
+    stopping = {e.id for e in snap.queue if e.job and preempting_for(state, e.job)}
     no_preempt = set(preempted_for) | stopping
-    elastic = jobs.elastic_inputs(state, tx.now)
-    shares = teams.share_inputs(jobs.policy, state, tx.now, jobs.hosts)
-    if elastic is not None and recut_cards:
+    if snap.elastic is not None and recut_cards:
         # Whatever min-idle says, one call re-cuts a card once: its next round places on it.
         again = {card: "re-cut earlier in this pass" for card in recut_cards}
-        elastic = dataclasses.replace(elastic, blocked={**elastic.blocked, **again})
-    for _ in range(len(entries) + 1):  # bounded: each retry rules one more entry out
-        result = schedule_pass(
-            entries,
-            jobs.pool(state, tx.now),
-            now,
-            preempt=True,
-            no_preempt=frozenset(no_preempt),
-            elastic=elastic,
-            shares=shares,
-            foresee=True,
-        )
+        elastic = dataclasses.replace(snap.elastic, blocked={**snap.elastic.blocked, **again})
+        snap = dataclasses.replace(snap, elastic=elastic)
+    for _ in range(len(snap.queue) + 1):  # bounded: each retry rules one more entry out
+        result = run_pass(snap, preempt=True, no_preempt=frozenset(no_preempt), foresee=True)
         if result.preempt is None:
             break
         entry, chosen = result.preempt

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,14 +21,14 @@ from gpupoolctl.jobs.nodes import Call, Nodes
 from gpupoolctl.jobs.repartition import Unanswered
 from gpupoolctl.jobs.spec import JobSpec
 from gpupoolctl.ledger import Ledger, State, Transaction, View
-from gpupoolctl.ledger.units import parse_ts
 from gpupoolctl.sched import JobRequest, NoFit, Placement, PoolView, place
 from gpupoolctl.sched.names import check_names
 
 if TYPE_CHECKING:
     from gpupoolctl.policy import PoolPolicy
-    from gpupoolctl.sched.elastic import ElasticInputs, InHosts, RecutReach, Upcoming
-    from gpupoolctl.sched.shares import ShareInputs
+    from gpupoolctl.sched import QueueEntry
+    from gpupoolctl.sched.elastic import InHosts, RecutReach, Upcoming
+    from gpupoolctl.sched.snapshot import Snapshot
 
 # Agent errors that prove a launch did not happen (anything else: ask the node).
 # NoSuchDevice: the node has no device the job was given (its cards changed behind the
@@ -111,53 +111,25 @@ class JobsCore:
         self.hosts_failed = True
         self.warn(f"{host}: {error}")
 
+    def snapshot(
+        self,
+        state: State,
+        now: str,
+        *,
+        everywhere: bool = False,
+        queue: Sequence[QueueEntry] | None = None,
+    ) -> Snapshot:
+        """What a pass reads of the ledger at `now` (sched.snapshot, the one builder): this
+        pass's hosts (--limit), or the whole pool with `everywhere`; the state's queue, or
+        `queue`."""
+        from gpupoolctl.sched.snapshot import snapshot
+
+        hosts = None if everywhere else self.hosts
+        return snapshot(state, self.policy, now, hosts=hosts, in_hosts=self.in_hosts, queue=queue)
+
     def pool(self, state: State, now: str) -> PoolView:
-        if self.hosts is not None:
-            # Only the chosen hosts' slices can be placed on; holds elsewhere do not matter.
-            kept = {k: v for k, v in state.slices.items() if v.get("host") in self.hosts}
-            state = dataclasses.replace(state, slices=kept)
-        return PoolView.from_state(state, now)
-
-    def elastic_inputs(
-        self, state: State, now: str, *, everywhere: bool = False
-    ) -> ElasticInputs | None:
-        """What elastic decisions need from the ledger, or None when the policy has none;
-        the cards of this pass's hosts (--limit), or of the whole pool with `everywhere`."""
-        if self.policy is None:
-            return None
-        # A time window may replace the elastic section (at night keep cards whole).
-        elastic = self.policy.elastic_in_force(parse_ts(now))
-        if not elastic.enabled:
-            return None
-        from gpupoolctl.ledger.state import card_key
-        from gpupoolctl.sched.cards import cards_of
-        from gpupoolctl.sched.elastic import ElasticInputs, glob_hosts
-
-        slices = state.slices.values()
-        if self.hosts is not None and not everywhere:
-            slices = [s for s in slices if s.get("host") in self.hosts]
-        moment = parse_ts(now)
-        blocked = {str(r["gpu"]): f"being re-cut ({r['id']})" for r in state.reshapes.values()}
-        for card, ts in state.card_failed.items():
-            if (moment - parse_ts(ts)).total_seconds() < elastic.backoff_s:
-                blocked.setdefault(card, f"its re-cut failed at {ts}")
-        changed = {card: parse_ts(ts) for card, ts in state.card_changed.items()}
-        # A hold that expired is free now but has no release record yet: its card has been
-        # idle since it expired, not since the hold began.
-        for alloc in state.allocations.values():
-            if alloc.expires is not None and alloc.expires <= now:
-                ended = parse_ts(alloc.expires)
-                for slice_id in alloc.slices:
-                    card = card_key(state.slices.get(slice_id))
-                    if card is not None and (card not in changed or changed[card] < ended):
-                        changed[card] = ended
-        return ElasticInputs(
-            policy=elastic,
-            cards=cards_of(slices),
-            in_hosts=self.in_hosts or glob_hosts,
-            changed=changed,
-            blocked=blocked,
-        )
+        """A working view of this pass's pool (the snapshot's), to place on."""
+        return self.snapshot(state, now, queue=()).pool()
 
     def read(self) -> View:
         """The ledger's current view; its warnings (damage, a torn tail) reach the CLI."""
@@ -171,10 +143,11 @@ class JobsCore:
         """Whether no slice of the whole pool, not only of this pass's hosts (--limit), and
         no elastic re-cut of one of its cards could ever hold the request: only then may a
         queued job be failed for it."""
-        result = place(request, PoolView.from_state(state, now), policy)
+        whole = self.snapshot(state, now, everywhere=True, queue=())
+        result = place(request, whole.pool(), policy)
         if not (isinstance(result, NoFit) and result.never):
             return False
-        reach = self.recut_reach(state, request, now)
+        reach = _reach(whole, request)
         return reach is None or not reach.serves(request)
 
     def place(
@@ -195,12 +168,7 @@ class JobsCore:
     def recut_reach(self, state: State, request: JobRequest, now: str) -> RecutReach | None:
         """What elastic re-cuts of the whole pool's cards could give the request (work it
         serves waits, whatever hosts this pass may use); None without an elastic policy."""
-        from gpupoolctl.sched.elastic import recut_reach
-
-        inputs = self.elastic_inputs(state, now, everywhere=True)
-        if inputs is None:
-            return None
-        return recut_reach(request, inputs, slices=state.slices.values())
+        return _reach(self.snapshot(state, now, everywhere=True, queue=()), request)
 
     def ensure_slices(self, *, record: bool = True) -> None:
         """Slices of the chosen hosts from their facts, when the ledger knows none yet
@@ -352,31 +320,26 @@ class JobsCore:
         if self._unrecorded:
             extra = {s["id"]: s for s in self._unrecorded}
             state = dataclasses.replace(state, slices={**state.slices, **extra})
-        inputs = self.elastic_inputs(state, view.now)
-        shares = teams.share_inputs(self.policy, state, view.now, self.hosts)
-        if inputs is not None or shares is not None:
-            return self._plan_pass(state, spec, view.now, inputs, shares)
-        result = self.place(state, spec.request, view.now, spec.policy)
+        snap = self.snapshot(state, view.now)
+        if snap.elastic is not None or snap.shares is not None:
+            return self._plan_pass(snap, spec, state)
+        result = place(spec.request, snap.pool(), spec.policy)
         if isinstance(result, NoFit) and result.never:
             check_names(spec.request, state.slices.values())
         return result
 
     def _plan_pass(
-        self,
-        state: State,
-        spec: JobSpec,
-        now: str,
-        inputs: ElasticInputs | None,
-        shares: ShareInputs | None,
+        self, snap: Snapshot, spec: JobSpec, state: State
     ) -> Placement | NoFit | Upcoming:
         """The scheduling pass as it would run with this job queued now behind today's
         queue: where it lands, or the re-cut made for it and when (the pass that `submit`
         runs makes it, or a later one once the batch window or the card's min-idle has
         passed); with teams, within its team's quota in force now."""
-        from gpupoolctl.sched import QueueEntry, queue_entries, schedule_pass
+        from gpupoolctl.sched import QueueEntry
         from gpupoolctl.sched.elastic import Upcoming
+        from gpupoolctl.sched.snapshot import run_pass
 
-        moment = parse_ts(now)
+        moment = snap.now
         mine = QueueEntry(
             id="(this job)",
             priority=spec.request.priority,
@@ -386,14 +349,7 @@ class JobsCore:
             job="(this job)",
             policy=spec.policy,
         )
-        result = schedule_pass(
-            [*queue_entries(state), mine],
-            self.pool(state, now),
-            moment,
-            elastic=inputs,
-            shares=shares,
-            foresee=True,
-        )
+        result = run_pass(snap.with_queue([*snap.queue, mine]), foresee=True)
         for entry, placement in result.placed:
             if entry is mine:
                 return placement
@@ -410,19 +366,14 @@ class JobsCore:
         return NoFit("it would wait behind the queue", never=False)
 
 
-def queued_entries(state: State) -> tuple[list[Any], list[str]]:
-    """The queue as the scheduler takes it (sched.QueueEntry, each with its job's placement
-    policy), and the ids of queue records whose job is no longer queued (to be dequeued)."""
-    from gpupoolctl.sched import QueueEntry
+def _reach(snap: Snapshot, request: JobRequest) -> RecutReach | None:
+    """What elastic re-cuts of the snapshot's cards could give the request; None without
+    an elastic section in force."""
+    if snap.elastic is None:
+        return None
+    from gpupoolctl.sched.elastic import recut_reach
 
-    entries, stale = [], []
-    for record in state.queue.values():
-        job = state.jobs.get(str(record.get("job"))) if record.get("job") else None
-        if job is None or job.get("state") != "queued":
-            stale.append(str(record["id"]))
-            continue
-        entries.append(QueueEntry.from_record(record, str(job.get("policy") or "best-fit")))
-    return entries, stale
+    return recut_reach(request, snap.elastic, slices=snap.slices.values())
 
 
 def find(jobs: JobsCore, job_id: str) -> dict[str, Any]:

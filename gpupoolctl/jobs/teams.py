@@ -1,52 +1,17 @@
-"""Teams on the jobs side: what the scheduler's share decisions need from the policy and the
-ledger, at the time of the pass (windows applied)."""
+"""Teams on the jobs side: whose team a submit counts against, and the quota report. (What
+the scheduler's share decisions read, windows applied, is built with the rest of the pass's
+inputs by sched.snapshot.)"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from gpupoolctl.jobs.spec import JobSpec
 from gpupoolctl.ledger import State
-from gpupoolctl.ledger.state import seconds_between
 from gpupoolctl.ledger.units import parse_ts
 from gpupoolctl.policy.membership import team_for
 from gpupoolctl.policy.model import PoolPolicy, QuotaScope
-
-if TYPE_CHECKING:
-    from gpupoolctl.sched.shares import ShareInputs
-
-
-def share_inputs(
-    policy: PoolPolicy | None, state: State, now: str, hosts: set[str] | None = None
-) -> ShareInputs | None:
-    """The teams' quotas in force at `now` and their fair-share usage (GiB-seconds: holds
-    that ended, decayed, plus what each team holds now for as long as it has); None when
-    the policy has no teams (nothing is limited, the queue keeps its plain order). `hosts`:
-    the pass places only there (-l); what teams hold elsewhere still counts."""
-    if policy is None or not policy.teams.enabled:
-        return None
-    from gpupoolctl.sched.shares import ShareInputs
-
-    moment = parse_ts(now)
-    quotas = {team.name: policy.quota_in_force(team, moment) for team in policy.teams.teams}
-    history = state.team_history(now)
-    for alloc in state.active(now).values():
-        team = alloc.request.get("team")
-        if not team:
-            continue
-        memory = sum(int((state.slices.get(s) or {}).get("memory_mib") or 0) for s in alloc.slices)
-        held_s = max(0.0, seconds_between(alloc.created, now))
-        history[str(team)] = history.get(str(team), 0.0) + memory / 1024 * held_s
-    elsewhere = []
-    if hosts is not None:
-        for alloc in state.active(now).values():
-            team = alloc.request.get("team")
-            for slice_id in alloc.slices if team else ():
-                entry = state.slices.get(slice_id)
-                if entry is not None and entry.get("host") not in hosts:
-                    elsewhere.append((str(team), entry))
-    return ShareInputs(quotas=quotas, history=history, elsewhere=elsewhere)
 
 
 class Submitter(Protocol):

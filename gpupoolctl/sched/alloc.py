@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from gpupoolctl.sched.recorded import RecordedState
     from gpupoolctl.sched.shares import ShareInputs
 
-    # The teams' quotas and usage as of the ledger's state and time (jobs.teams.share_inputs
+    # The teams' quotas and usage as of the ledger's state and time (sched.snapshot.share_inputs
     # with the policy in force); None where the policy has no teams.
     Shares = Callable[[RecordedState, str], ShareInputs | None]
 

@@ -161,19 +161,28 @@ class Skeleton:
 
 
 # The ledger replaces its slice map on every `slices` record and never edits it in place,
-# so the map's identity says whether a skeleton is still good. The map is kept referenced,
-# so its id cannot be reused while cached.
-_SKELETONS: list[tuple[dict[str, Any], int, Skeleton]] = []
+# so the map's identity says whether what was computed from it is still good. The map is
+# kept referenced, so its id cannot be reused while cached.
+_SKELETONS: list[tuple[Mapping[str, Any], int, Skeleton]] = []
 
 
-def _skeleton_of(slices: dict[str, dict[str, Any]]) -> Skeleton:
-    for known, size, skeleton in _SKELETONS:
+def of_slice_map(
+    cache: list[tuple[Mapping[str, Any], int, T]],
+    slices: Mapping[str, Any],
+    compute: Callable[[], T],
+) -> T:
+    """What `compute` makes of the slice map, kept for the last four maps by identity."""
+    for known, size, value in cache:
         if known is slices and size == len(slices):
-            return skeleton
-    skeleton = Skeleton(slices.values())
-    _SKELETONS.insert(0, (slices, len(slices), skeleton))
-    del _SKELETONS[4:]
-    return skeleton
+            return value
+    value = compute()
+    cache.insert(0, (slices, len(slices), value))
+    del cache[4:]
+    return value
+
+
+def skeleton_of(slices: Mapping[str, dict[str, Any]]) -> Skeleton:
+    return of_slice_map(_SKELETONS, slices, lambda: Skeleton(slices.values()))
 
 
 class _FreeIds(AbstractSet[str]):
@@ -244,7 +253,7 @@ class PoolView:
             holders.append(_holder(alloc, mine, jobs_by_alloc.get(alloc.id)))
         held = {s for holder in holders for s in holder.slices}
         holders.extend(_block_holders(blocks(state), held))
-        return cls(_skeleton_of(state.slices), holders)
+        return cls(skeleton_of(state.slices), holders)
 
     # -- public queries -------------------------------------------------------------------
 

@@ -26,8 +26,9 @@ class RecordedHold(Protocol):
 
 
 class RecordedState(Protocol):
-    """The ledger's state: slices, holds, jobs, the queue, and what keeps slices out of
-    placement (lost and silent hosts, drains, fences, quarantined holds, re-cuts)."""
+    """The ledger's state: slices, holds, jobs, the queue, what keeps slices out of
+    placement (lost and silent hosts, drains, fences, quarantined holds, re-cuts), and what
+    elastic and fair share weigh (when cards changed, the teams' usage history)."""
 
     @property
     def slices(self) -> dict[str, Any]: ...  # slice id -> hw.slice.Slice
@@ -49,6 +50,18 @@ class RecordedState(Protocol):
     def fences(self) -> Mapping[str, Mapping[str, Any]]: ...
     @property
     def quarantined(self) -> Mapping[str, Mapping[str, Any]]: ...
+    @property
+    def allocations(self) -> Mapping[str, RecordedHold]: ...  # recorded, expired ones too
+    @property
+    def answered(self) -> Mapping[str, str]: ...  # host -> its last answer (heartbeat)
+    @property
+    def card_changed(self) -> Mapping[str, str]: ...  # card -> when a hold or re-cut changed it
+    @property
+    def card_failed(self) -> Mapping[str, str]: ...  # card -> when its last re-cut failed
+
+    def team_history(self, now: str) -> dict[str, float]:
+        """Team -> GiB-seconds of holds that ended, decayed to `now` (fair share)."""
+        ...
 
     def active(self, now: str) -> Mapping[str, RecordedHold]:
         """The allocations that hold their slices at `now`."""

@@ -30,7 +30,13 @@ import sharereplay  # noqa: E402
 from jobtrace import Job  # noqa: E402
 from replay import T0  # noqa: E402
 
-from gpupoolctl.policy.model import GPU_MEMORY, QuotaScope  # noqa: E402
+from gpupoolctl.policy.model import (  # noqa: E402
+    GPU_MEMORY,
+    PoolPolicy,
+    QuotaScope,
+    Team,
+    TeamsPolicy,
+)
 from gpupoolctl.sched import JobRequest  # noqa: E402
 
 GIB = 1024
@@ -78,12 +84,11 @@ def _request(job: Job) -> JobRequest:
     return JobRequest(gpus=1, memory_mib=job.memory_mib, team=job.kind)
 
 
-def _even(per_team_gib: int) -> Any:
-    quotas = {
-        team: (QuotaScope(line=0, site="x", nominal={GPU_MEMORY: per_team_gib * GIB}),)
-        for team in ("inference", "training")
-    }
-    return lambda now: quotas
+def _even(per_team_gib: int) -> PoolPolicy:
+    """Both teams with the same nominal: the policy the replay's snapshots read."""
+    scope = QuotaScope(line=0, site="x", nominal={GPU_MEMORY: per_team_gib * GIB})
+    teams = tuple(Team(team, 0, quota=(scope,)) for team in ("inference", "training"))
+    return PoolPolicy(teams=TeamsPolicy(teams))
 
 
 def test_reclaim_requeues_the_victim_with_its_remaining_work() -> None:
@@ -292,9 +297,9 @@ def test_elastic_recut_in_the_share_replay() -> None:
     scheduler decides, the replay makes it as bench/utilization's does: the card is out for
     the re-cut's cost, then its new slices join the pool), the jobs run on the new slices,
     and no slice is ever held twice."""
+    from dataclasses import replace
+
     from gpupoolctl.policy import parse_policy
-    from gpupoolctl.sched.cards import cards_of
-    from gpupoolctl.sched.elastic import ElasticInputs, glob_hosts
 
     policy = parse_policy(
         "version: 1\n"
@@ -307,9 +312,6 @@ def test_elastic_recut_in_the_share_replay() -> None:
         "pool.yaml",
     )
 
-    def elastic(slices: dict[str, dict[str, Any]], changed: dict[str, Any]) -> Any:
-        return ElasticInputs(policy.elastic, cards_of(slices.values()), glob_hosts, changed)
-
     slices = [_card("h", 0), _card("h", 1)]
     jobs = [_job(f"i{n}", "inference", 0, HOUR, 8, 50) for n in range(4)]
     run = sharereplay.replay(
@@ -318,10 +320,8 @@ def test_elastic_recut_in_the_share_replay() -> None:
         slices,
         160 * GIB,
         _request,
-        _even(160),
+        replace(_even(160), elastic=policy.elastic),
         until=24 * HOUR,
-        elastic=elastic,
-        elastic_policy=policy.elastic_in_force,
     )
     # Both whole cards are hidden from the 8 GiB jobs (a 10 GB slice serves them; cutting
     # either leaves the one whole card keep-whole asks for): nothing starts at 0 s; once

@@ -7,24 +7,20 @@ scripts import each other, with bench/utilization on sys.path.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-_REPO = Path(__file__).resolve().parents[2]
-_BENCH = _REPO / "bench" / "utilization"
-for _path in (str(_REPO), str(_BENCH)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+import tests.benchpath  # noqa: F401  # bench/utilization's scripts on sys.path
 
-import jobtrace  # noqa: E402
-import window  # noqa: E402
-from jobtrace import HOUR, Job, local_hour, make_contended_trace, offered_load  # noqa: E402
-from replay import PassContext, Recut, Run, replay  # noqa: E402
+# isort: split
+import jobtrace
+import window
+from jobtrace import HOUR, Job, local_hour, make_contended_trace, offered_load
+from replay import PassContext, Recut, Run, replay
 
-from gpupoolctl.sched import JobRequest  # noqa: E402
+from gpupoolctl.sched import JobRequest
 
 GIB = 1024
 
@@ -249,26 +245,35 @@ def test_trimmed_queue_places_the_same() -> None:
 # -- the elastic column: the one scheduler's re-cuts, made in virtual time -------------------
 
 
-def test_elastic_column_replays_the_schedulers_recuts(tmp_path: Path) -> None:
-    """Ten 8 GiB jobs on one idle whole H100 node: without elastic each holds a whole
-    80 GB card; with the policy's elastic section, schedule_pass's own re-cuts are made
-    (the card out of the pool for the cost) and the jobs run on 1g.10gb slices."""
+def _dgx_replay(tmp_path: Path, more_policy: str | None) -> Run:
+    """Ten 8 GiB jobs (one a second, an hour each) on the idle whole H100 node sg-dgx01,
+    passes every minute; with `more_policy` (None: static) under an elastic section that
+    may cut H100s into 1g.10gb / 3g.40gb at once, followed by `more_policy`."""
     import run as bench
     import simpool
 
     slices = [s for s in simpool.pool_slices("training") if s["host"] == "sg-dgx01"]
     total = sum(s["memory_mib"] for s in slices)
+    jobs = [_job(f"j{n}", "inference", n, 3600, 8 * GIB) for n in range(10)]
+    if more_policy is None:
+        return replay("s", jobs, slices, total, _request, lambda j: 50, pass_interval=60)
     policy = tmp_path / "pool.yaml"
     policy.write_text(
         "version: 1\nelastic:\n  min-idle: 0s\n  batch-window: 30s\n  rules:\n"
-        "    - hosts: h100\n      profiles: [1g.10gb, 3g.40gb]\n"
+        "    - hosts: h100\n      profiles: [1g.10gb, 3g.40gb]\n" + more_policy
     )
-    jobs = [_job(f"j{n}", "inference", n, 3600, 8 * GIB) for n in range(10)]
-    static = replay("s", jobs, slices, total, _request, lambda j: 50, pass_interval=60)
-    elastic = replay(
+    return replay(
         "e", jobs, slices, total, _request, lambda j: 50, pass_interval=60, recut_cost=10,
-        elastic=bench.elastic_of(policy),
+        pool_policy=bench.pool_policy(policy), in_hosts=bench.inventory_hosts(), until=3 * 3600,
     )  # fmt: skip
+
+
+def test_elastic_column_replays_the_schedulers_recuts(tmp_path: Path) -> None:
+    """Ten 8 GiB jobs on one idle whole H100 node: without elastic each holds a whole
+    80 GB card; with the policy's elastic section, schedule_pass's own re-cuts are made
+    (the card out of the pool for the cost) and the jobs run on 1g.10gb slices."""
+    static = _dgx_replay(tmp_path, None)
+    elastic = _dgx_replay(tmp_path, "")
     assert static.recuts == [] and len(set(static.held_mib.values())) == 1
     assert max(static.held_mib.values()) > 79 * GIB  # a whole card each
     # The first pass (t=0) waits: the batch window; the next (t=60) re-cuts two cards
@@ -277,6 +282,22 @@ def test_elastic_column_replays_the_schedulers_recuts(tmp_path: Path) -> None:
     assert all(gpu.startswith("sg-dgx01/gpu") for _, gpu in elastic.recuts)
     assert sorted(elastic.starts.values()) == [120] * 10
     assert all(mib == 9984 for mib in elastic.held_mib.values())  # 1g.10gb each
+
+
+def test_elastic_column_applies_the_policys_time_windows(tmp_path: Path) -> None:
+    """The elastic column reads the elastic section in force at each pass, as production's
+    pass does: a window that keeps cards whole all day (elastic off) stops the re-cuts the
+    section alone would make. (The replay once read the section and ignored windows, where
+    production and bench/shares applied them.)"""
+    window = (
+        "windows:\n  - name: keep-whole\n    timezone: UTC\n    days: daily\n"
+        '    hours: "00:00-12:00"\n    elastic:\n      enabled: false\n'
+    )
+    kept = _dgx_replay(tmp_path, window)
+    assert kept.recuts == []  # the window is in force for the whole replay: no re-cut
+    assert max(kept.held_mib.values()) > 79 * GIB  # the jobs run on whole cards
+    # 8 whole cards, 8 jobs at a time: the last two start when the first ones end
+    assert sum(1 for t in kept.starts.values() if t < 3600) == 8
 
 
 def test_granular_bound_counts_what_slices_waste() -> None:

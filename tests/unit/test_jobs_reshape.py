@@ -58,7 +58,7 @@ def dgx(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Jobs, FlakyFac
 def test_a_recut_whose_node_is_not_read_again_stays_reserved_until_it_is(dgx) -> None:
     jobs, runner = dgx
     state = jobs.read().state
-    inputs = jobs.elastic_inputs(state, jobs.read().now)
+    inputs = jobs.snapshot(state, jobs.read().now).elastic
     assert inputs is not None
     card = inputs.cards["dgx/gpu0"]
     from gpupoolctl.sched.elastic import Recut
@@ -108,7 +108,7 @@ def test_a_reserved_card_stays_blocked_under_the_new_ids_a_refresh_records(dgx) 
 
     jobs, _ = dgx
     view = jobs.read()
-    inputs = jobs.elastic_inputs(view.state, view.now)
+    inputs = jobs.snapshot(view.state, view.now).elastic
     assert inputs is not None
     recut = Recut(inputs.cards["dgx/gpu0"], (("1g.10gb", 0),) * 1, "test", ("j-1",), None)
     assert jobs.ledger.write(lambda tx: reshape.reserve(tx, recut)).value is not None
@@ -165,7 +165,7 @@ def reserve_gpu1(jobs: Jobs) -> Reserved:
     from gpupoolctl.sched.elastic import Recut
 
     view = jobs.read()
-    inputs = jobs.elastic_inputs(view.state, view.now)
+    inputs = jobs.snapshot(view.state, view.now).elastic
     assert inputs is not None
     host = next(iter(jobs.nodes.targets))
     recut = Recut(inputs.cards[f"{host}/gpu1"], (("1g.10gb", 0),), "test", ("j-1",), None)
@@ -242,7 +242,7 @@ def test_a_hold_that_expired_counts_idle_from_its_expiry(dgx) -> None:
     time.sleep(0.5)  # past the expiry; no release or expire record is written
     view = jobs.read()
     assert "a-x" in view.state.allocations  # still recorded, but expired
-    inputs = jobs.elastic_inputs(view.state, view.now)
+    inputs = jobs.snapshot(view.state, view.now).elastic
     assert inputs is not None
     # Idle since it expired, not since the hold began: min-idle counts from the expiry.
     assert inputs.changed["dgx/gpu2"] == parse_ts(expires) > parse_ts(began)

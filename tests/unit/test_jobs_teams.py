@@ -16,7 +16,7 @@ from gpupoolctl.errors import ExitCode, UsageError
 from gpupoolctl.jobs import Jobs, JobSpec, Nodes, reaping, submitting
 from gpupoolctl.jobs.listing import reason_text
 from gpupoolctl.jobs.service import JobsCore
-from gpupoolctl.jobs.teams import quota_report, share_inputs, with_team
+from gpupoolctl.jobs.teams import quota_report, with_team
 from gpupoolctl.ledger import Ledger, State
 from gpupoolctl.ledger.state import FAIR_SHARE_HALF_LIFE_S
 from gpupoolctl.ledger.units import format_ts, parse_ts
@@ -25,6 +25,7 @@ from gpupoolctl.policy.membership import NotAMember
 from gpupoolctl.policy.model import PoolPolicy
 from gpupoolctl.remote.target import target_from_vars
 from gpupoolctl.sched import JobRequest
+from gpupoolctl.sched.snapshot import share_inputs
 from tests.unit.test_jobs_service import FakeNode
 
 GIB = 1024  # MiB
@@ -133,13 +134,13 @@ def now_of(ledger: Ledger) -> str:
 
 def test_no_share_inputs_without_teams() -> None:
     now = format_ts(DAY)
-    assert share_inputs(None, State(), now) is None
-    assert share_inputs(parse_policy("version: 1\n"), State(), now) is None
+    assert share_inputs(State(), None, now) is None
+    assert share_inputs(State(), parse_policy("version: 1\n"), now) is None
 
 
 def test_the_quotas_in_force_follow_the_windows() -> None:
     pol = policy()
-    day = share_inputs(pol, State(), format_ts(DAY))
+    day = share_inputs(State(), pol, format_ts(DAY))
     assert day is not None
     assert set(day.quotas) == {"serve", "train", "free"}
     assert day.quotas["serve"] == pol.teams.named("serve").quota  # type: ignore[union-attr]
@@ -147,7 +148,7 @@ def test_the_quotas_in_force_follow_the_windows() -> None:
     assert day.quotas["free"] == ()
     assert day.history == {} and list(day.elsewhere) == []
 
-    night = share_inputs(pol, State(), format_ts(NIGHT))
+    night = share_inputs(State(), pol, format_ts(NIGHT))
     assert night is not None
     east, west = night.quotas["serve"]  # the window replaces the east scope, keeps the west
     assert (east.site, dict(east.nominal), east.borrowing_limit) == (
@@ -160,7 +161,7 @@ def test_the_quotas_in_force_follow_the_windows() -> None:
     assert dict(train_east.nominal) == {"cards": 3} and train_east.lending_limit is None
 
     # The weekend window (Tokyo time) adds a scope train's own quota does not have.
-    weekend = share_inputs(pol, State(), format_ts(SATURDAY))
+    weekend = share_inputs(State(), pol, format_ts(SATURDAY))
     assert weekend is not None
     assert [(s.site, dict(s.nominal)) for s in weekend.quotas["train"]] == [
         ("east", {"cards": 2}),
@@ -183,7 +184,7 @@ def test_history_is_the_decayed_past_plus_what_is_held_now(book: Ledger) -> None
     now = now_of(book)
     assert FAIR_SHARE_HALF_LIFE_S == 7 * 86400
     assert state.team_history(now) == {"serve": pytest.approx(80 * 3600 / 2)}
-    inputs = share_inputs(policy(), state, now)
+    inputs = share_inputs(state, policy(), now)
     assert inputs is not None
     week = 7 * 86400
     assert dict(inputs.history) == {
@@ -199,12 +200,12 @@ def test_elsewhere_lists_what_teams_hold_outside_the_hosts_of_the_pass(book: Led
     hold(book, ["e1/gpu1"], "bob", "train")
     state = book.read().state
     now = now_of(book)
-    inputs = share_inputs(policy(), state, now, hosts={"e1"})
+    inputs = share_inputs(state, policy(), now, hosts={"e1"})
     assert inputs is not None
     assert [(team, entry["id"]) for team, entry in inputs.elsewhere] == [("serve", "w1/gpu0")]
-    everywhere = share_inputs(policy(), state, now)
+    everywhere = share_inputs(state, policy(), now)
     assert everywhere is not None and list(everywhere.elsewhere) == []
-    west_only = share_inputs(policy(), state, now, hosts={"w1"})
+    west_only = share_inputs(state, policy(), now, hosts={"w1"})
     assert west_only is not None
     assert sorted((t, e["id"]) for t, e in west_only.elsewhere) == [
         ("serve", "e1/gpu0"),
