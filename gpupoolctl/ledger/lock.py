@@ -19,7 +19,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from gpupoolctl.errors import UsageError
@@ -218,3 +218,10 @@ class FileLock:
         if self._fd is not None and self._pid == os.getpid():
             os.close(self._fd)
         self._fd = None
+
+    def __del__(self) -> None:
+        # A handle dropped without close() (a library caller's, a test's) must not keep its
+        # descriptor for the life of the process: a long-running one would run out, and
+        # select() (paramiko's) refuses descriptors above 1023.
+        with suppress(Exception):  # at interpreter exit there is nothing left to tell
+            self.close()

@@ -30,6 +30,7 @@ import fcntl
 import json
 import os
 import zlib
+from contextlib import suppress
 from dataclasses import dataclass
 
 from gpupoolctl.hw import sharing
@@ -124,6 +125,13 @@ class Watermark:
         if self._fd is not None and self._pid == os.getpid():
             os.close(self._fd)
         self._fd = None
+
+    def __del__(self) -> None:
+        # A handle dropped without close() (a library caller's, a test's) must not keep its
+        # descriptor for the life of the process: a long-running one would run out, and
+        # select() (paramiko's) refuses descriptors above 1023.
+        with suppress(Exception):  # at interpreter exit there is nothing left to tell
+            self.close()
 
     def names(self, dev: int, ino: int, snapshot_seq: int) -> bool:
         """Whether the watermark names this journal (False when it cannot be read)."""

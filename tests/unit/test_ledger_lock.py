@@ -206,3 +206,40 @@ def test_short_waits_and_short_timeouts_are_not_told(
     with holding(lock_path), pytest.raises(LedgerBusy), gives_up_first.exclusive():
         pass
     assert told == []
+
+
+def _descriptors_on(folder: Path) -> int:
+    """This process's open descriptors on files in `folder`."""
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+        count += target.startswith(str(folder))
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+def test_a_handle_dropped_without_close_gives_its_descriptors_back(tmp_path) -> None:
+    """A library caller (or a test) that drops a handle without close() must not leak its
+    lock, watermark and journal descriptors: a long-running process would run out, and
+    paramiko's select() refuses any above 1023 (a whole CI run once failed that way)."""
+    import gc
+
+    from gpupoolctl.ledger import Ledger
+
+    path = tmp_path / "ledger.jsonl"
+
+    def use_and_drop(handles: int) -> int:
+        for _ in range(handles):
+            handle = Ledger(path, durable=False)
+            with handle.transaction():
+                pass
+            handle.read()
+            del handle
+        gc.collect()
+        return _descriptors_on(tmp_path)
+
+    after_a_few = use_and_drop(3)
+    assert use_and_drop(30) == after_a_few <= 3
