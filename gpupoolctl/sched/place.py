@@ -61,6 +61,18 @@ def levels(request: JobRequest, policy: str) -> list[str | None]:
 
 
 def place(request: JobRequest, pool: PoolView, policy: str = "best-fit") -> Placement | NoFit:
+    found = _find(request, pool, policy)
+    return found if found is not None else _no_fit(request, pool, levels(request, policy))
+
+
+def fits(request: JobRequest, pool: PoolView, policy: str = "best-fit") -> bool:
+    """Whether `place` would place the request, without saying why not when it would not:
+    that reason walks every matching slice of the pool, which preemption's what-ifs (one
+    per waiting job) never read."""
+    return _find(request, pool, policy) is not None
+
+
+def _find(request: JobRequest, pool: PoolView, policy: str) -> Placement | None:
     check_policy(policy)
     if request.gpus < 1:
         raise UsageError(f"gpus must be at least 1 (got {request.gpus})")
@@ -75,7 +87,7 @@ def place(request: JobRequest, pool: PoolView, policy: str = "best-fit") -> Plac
             if index:
                 why.insert(1, _fallback(tried[:index], request.gpus))
             return _placement(request, chosen, policy, why)
-    return _no_fit(request, pool, tried)
+    return None
 
 
 def _fallback(failed: list[str | None], count: int) -> str:

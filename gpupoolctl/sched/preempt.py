@@ -6,7 +6,7 @@ asked), taking the holders with the most matching slices there first tells how f
 needed; then that many are chosen cheapest first (lower priority, then the most recently
 started: least work lost, then fewer slices, then id), each only if the rest can still make
 up the difference. The group (or level) needing the fewest victims wins; the choice is
-checked with place() before it is returned.
+checked with place.fits() before it is returned.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from gpupoolctl.sched.ids import natural
-from gpupoolctl.sched.place import Placement, levels, place
+from gpupoolctl.sched.place import fits, levels
 from gpupoolctl.sched.pool import Holder, PoolView, Slot
 from gpupoolctl.sched.request import JobRequest
 from gpupoolctl.timestamps import format_ts
@@ -45,7 +45,7 @@ def choose_preemption(
     allocation id is in `spare` are never chosen (placements of the pass being decided).
     `candidates`: choose among these holds instead of every eligible one (reclaim, and
     priority preemption within a team)."""
-    if isinstance(place(request, pool, policy), Placement):
+    if fits(request, pool, policy):
         return []
     if candidates is not None:
         victims = [h for h in candidates if h.alloc not in spare]
@@ -155,7 +155,7 @@ def _fits_without(request: JobRequest, pool: PoolView, policy: str, victims: lis
     for holder in victims:
         pool.unhold(holder.alloc)
     try:
-        return isinstance(place(request, pool, policy), Placement)
+        return fits(request, pool, policy)
     finally:
         for holder in victims:
             pool.hold(holder.slices, holder)

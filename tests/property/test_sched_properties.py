@@ -23,6 +23,7 @@ from gpupoolctl.sched import (
     place,
 )
 from gpupoolctl.sched.ids import natural
+from gpupoolctl.sched.place import fits
 from gpupoolctl.sched.policies import ALLOC_POLICY, POLICIES, slot_key
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -307,6 +308,16 @@ def test_never_exactly_when_an_empty_pool_cannot(pool_and_holds, request, policy
     )
     if isinstance(empty, NoFit):
         assert empty.never
+
+
+@given(held_pools(), requests, policies)
+def test_fits_answers_as_place_does(pool_and_holds, request, policy):
+    """`fits` (preemption's what-ifs) skips only the reason, never the decision."""
+    slices, holders = pool_and_holds
+    view = PoolView(slices, holders)
+    placed = place(request, view, policy)
+    assert fits(request, view, policy) == isinstance(placed, Placement)
+    assert view.holds == PoolView(slices, holders).holds  # neither takes what it finds
 
 
 @SETTINGS
