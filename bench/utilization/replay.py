@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from jobtrace import Job  # type: ignore[import-not-found]  # bench/utilization/jobtrace.py
 
 from gpupoolctl.sched import JobRequest, PassResult, PoolView, QueueEntry
+from gpupoolctl.sched.pool import gpu_key  # the GPU a slice is on, as PoolView keys it
 from gpupoolctl.sched.snapshot import Snapshot, run_pass, snapshot
 from gpupoolctl.timestamps import format_ts
 
@@ -95,13 +96,6 @@ class PassContext:
 
 
 RecutHook = Callable[[PassContext], Iterable[Recut]]
-
-
-def gpu_key(entry: dict[str, Any]) -> str:
-    """The GPU a slice is on, as PoolView keys it ("host/gpuN")."""
-    if entry.get("gpu") is not None:
-        return f"{entry['host']}/gpu{entry['gpu']}"
-    return str(entry.get("gpu_uuid") or entry["id"])
 
 
 def _shape(entry: QueueEntry) -> JobRequest:

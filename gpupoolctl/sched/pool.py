@@ -127,7 +127,7 @@ class Skeleton:
             if shape is None:
                 shape = shapes[key] = Shape(len(self.shapes), key, entry, memory)
                 self.shapes.append(shape)
-            gpu = _gpu_key(entry)
+            gpu = gpu_key(entry)
             island = island_key(entry)
             site = str(entry.get("site") or "")
             slot = Slot(sid, natural(sid), host, gpu, island, memory, shape, site)
@@ -538,10 +538,10 @@ class PoolView:
 
 def island_key(entry: Mapping[str, Any]) -> str:
     """The NVLink/xGMI island a slice is in; a GPU in none is an island of its own."""
-    return str(entry.get("island") or _gpu_key(entry))
+    return str(entry.get("island") or gpu_key(entry))
 
 
-def _gpu_key(entry: Mapping[str, Any]) -> str:
+def gpu_key(entry: Mapping[str, Any]) -> str:
     """Slices of one physical GPU share this; a slice that names no GPU is its own."""
     return card_key(entry) or str(entry.get("gpu_uuid") or entry["id"])
 
