@@ -357,11 +357,12 @@ def _execute(
         )
     except KeyboardInterrupt:
         sent = ", ".join(p.host for p in changing)
+        their = "its" if len(changing) == 1 else "their"
         error(
-            f"interrupted: {sent} may still be changing their GPUs; the cards stay reserved "
+            f"interrupted: {sent} may still be changing {their} GPUs; the cards stay reserved "
             "in the ledger until a later `partition apply` or `schedule` reads them again"
             if work.ledger is not None
-            else f"interrupted: {sent} may still be changing their GPUs; "
+            else f"interrupted: {sent} may still be changing {their} GPUs; "
             "`partition show` says what they are now"
         )
         raise typer.Exit(int(ExitCode.INTERRUPTED)) from None

@@ -113,16 +113,21 @@ class Finder:
         if not self.any:
             return None
         state, host, card = self.state, str(entry["host"]), card_key(entry)
+        # A silent or lost host is told by its last answer, as the drain and the jobs'
+        # reasons tell it; the first poll it missed only when no answer was ever recorded.
         lost = state.lost.get(host)
         if lost is not None:
-            return Block("node-lost", host, f"node {host} lost since {lost.get('since')}")
+            last = state.answered.get(host)
+            told = f": no answer since {last}" if last else f" since {lost.get('since')}"
+            return Block("node-lost", host, f"node {host} lost{told}")
         silent = state.silent.get(host)
         if silent is not None:
             return Block(
                 "silent",
                 host,
-                f"{host} has not answered since {silent}: it takes no work until it answers "
-                "a `schedule` or `jobs` pass, or its facts are read (`gpupoolctl pool`)",
+                f"{host} has not answered since {state.answered.get(host) or silent}: it takes "
+                "no work until it answers a `schedule` or `jobs` pass, or its facts are read "
+                "(`gpupoolctl pool`)",
             )
         marks = self.flagged.get(sid) or {}
         if marks.get("lost"):

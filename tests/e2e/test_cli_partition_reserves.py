@@ -123,7 +123,7 @@ def test_an_interrupted_apply_keeps_its_cards_reserved_until_the_node_is_read(cl
         if apply.poll() is None:
             apply.kill()
     assert apply.returncode == 130, out + err
-    assert f"interrupted: {HOST} may still be changing their GPUs" in err
+    assert f"interrupted: {HOST} may still be changing its GPUs" in err
     assert len(reservations(cli)) == 8
     verify = cli("-q", "ledger", "verify")
     assert verify.code == 4 and "ended without closing it" in verify.stdout, verify.stdout

@@ -120,6 +120,24 @@ def test_the_first_reason_that_applies_wins_and_a_held_slice_keeps_its_block() -
     assert {blocks(state)[s].kind for s in ("h1/gpu0", "h1/gpu1")} == {"node-lost"}
 
 
+def test_a_silent_or_lost_host_is_told_by_its_last_answer_not_its_first_missed_poll() -> None:
+    """As the drain and the jobs' reasons tell it: the host answered at 10:00:30, missed
+    the poll at 10:01:00 and was declared lost at 10:02:30."""
+    answered, missed, declared = (f"2025-06-01T10:{t}.000Z" for t in ("00:30", "01:00", "02:30"))
+    state = replay(SLICES)
+    state.apply({"seq": 10, "ts": missed, "actor": "t@h", "op": "host",
+                 "data": {"host": "h1", "state": "silent", "since": missed,
+                          "answered": answered}})  # fmt: skip
+    assert blocks(state)["h1/gpu0"].why.startswith(f"h1 has not answered since {answered}:")
+    state.apply({"seq": 11, "ts": declared, "actor": "t@h", "op": "host",
+                 "data": {"host": "h1", "state": "lost", "since": missed}})  # fmt: skip
+    assert blocks(state)["h1/gpu0"].why == f"node h1 lost: no answer since {answered}"
+    # a ledger that never recorded an answer still says something true
+    never = replay(SLICES, ("host", {"host": "h2", "state": "lost", "since": missed}))
+    assert never.answered.get("h2") is None
+    assert blocks(never)["h2/gpu0"].why == f"node h2 lost since {missed}"
+
+
 def test_a_no_fit_reason_counts_each_reason() -> None:
     state = replay(
         (
