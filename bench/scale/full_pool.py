@@ -44,15 +44,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--queues", default="0,1000,10000")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument(
+        "--victims",
+        action="store_true",
+        help="the small slices' holds are preemptible and of a lower priority, and the "
+        "queue asks for more than they free: every waiting job weighs victims in vain",
+    )
     args = parser.parse_args(argv)
     slices = {s["id"]: s for s in scale.fleet(args.nodes)}
-    print(f"{args.nodes} nodes, {len(slices)} slices, every one held; median of {args.repeat}")
+    victims = "; small slices' holds preemptible in vain" if args.victims else ""
+    print(f"{args.nodes} nodes, {len(slices)} slices, every one held{victims};"
+          f" median of {args.repeat}")  # fmt: skip
     header = ("queue", "requests", "snapshot ms", "pass ms", "ms/job", "RSS MiB")
     widths = (6, 9, 12, 10, 7, 8)
     print("  " + " ".join(f"{h:>{w}}" for h, w in zip(header, widths, strict=True)))
     for queued in (int(q) for q in args.queues.split(",")):
         for distinct in (False, True):
-            state, ts = pass_scaling.full_pool_with_queue(slices, queued, distinct)
+            state, ts = pass_scaling.full_pool_with_queue(
+                slices, queued, distinct, victims=args.victims
+            )
             builds, passes = [], []
             for _ in range(args.repeat):
                 began = time.perf_counter()

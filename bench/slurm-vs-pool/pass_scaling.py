@@ -48,8 +48,16 @@ def sim_slices(folder: Path) -> dict[str, dict[str, Any]]:
         handle.close()
 
 
-def full_pool_with_queue(slices: dict[str, dict[str, Any]], queued: int, distinct: bool) -> Any:
-    """A State: every slice held by a running job, `queued` jobs queued behind them."""
+SMALL_MIB = 40 * 1024 + 1000  # above a 3g.40gb slice's 40,448 MiB, under a whole card
+
+
+def full_pool_with_queue(
+    slices: dict[str, dict[str, Any]], queued: int, distinct: bool, *, victims: bool = False
+) -> Any:
+    """A State: every slice held by a running job, `queued` jobs queued behind them.
+    `victims`: the holds on slices under 40 GiB are preemptible jobs of a lower priority,
+    and the queued jobs ask for more than 40 GiB, so that every waiting job has eligible
+    victims to weigh and none of them frees what it needs."""
     from gpupoolctl.ledger import State
     from gpupoolctl.ledger.units import format_ts, utc_now
 
@@ -66,14 +74,16 @@ def full_pool_with_queue(slices: dict[str, dict[str, Any]], queued: int, distinc
                      "slices": list(slices.values())})  # fmt: skip
     for index, slice_id in enumerate(sorted(slices)):
         job_id, alloc_id = f"r-{index}", f"a-{index}"
-        request = {"gpus": 1, "memory_mib": 9537, "priority": 50, "job": job_id}
+        request: dict[str, Any] = {"gpus": 1, "memory_mib": 9537, "priority": 50, "job": job_id}
+        if victims and int(slices[slice_id].get("memory_mib") or 0) < SMALL_MIB:
+            request.update(priority=10, preemptible=True)
         apply("alloc", {"id": alloc_id, "owner": "bench", "slices": [slice_id],
                         "uuids": [None], "expires": None, "request": request})  # fmt: skip
         apply("job", {"id": job_id, "state": "running", "alloc": alloc_id, "run": 1,
                       "request": request, "argv": ["sleep", "1"]})  # fmt: skip
     for index in range(queued):
         job_id = f"q-job-{index}"
-        memory = 9537 + (index if distinct else 0)
+        memory = (SMALL_MIB + 1024 if victims else 9537) + (index if distinct else 0)
         request = {"gpus": 1, "memory_mib": memory, "priority": 50}
         apply("job", {"id": job_id, "state": "queued", "run": 0, "request": request,
                       "argv": ["sleep", "1"], "policy": "best-fit"})  # fmt: skip

@@ -257,12 +257,11 @@ def not_free(request: JobRequest, pool: PoolView) -> tuple[int, list[tuple[str, 
     the free ones add up to every matching slice."""
     free = 0
     counts: dict[str, int] = {}
-    for slot in pool.all_candidates(request):
-        if pool.is_free(slot.id):
-            free += 1
-        else:
-            why = pool.why_taken(slot.id)
-            counts[why] = counts.get(why, 0) + 1
+    for shape in pool.shapes_for(request):
+        shape_free, shape_counts = pool.shape_tally(shape, request.host)
+        free += shape_free
+        for why, count in shape_counts.items():
+            counts[why] = counts.get(why, 0) + count
     order = {label: n for n, label in enumerate(("held", *(LABELS[k] for k in KINDS)))}
     ranked = sorted(counts.items(), key=lambda item: (order.get(item[0], len(order)), item[0]))
     return free, ranked

@@ -19,6 +19,7 @@ per call, pays for the shapes it asks about and the holds, not for the whole poo
 
 from __future__ import annotations
 
+import fnmatch
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
@@ -230,6 +231,10 @@ class PoolView:
         self._shape_taken: dict[int, int] = {}
         # Slices taken for a while without a holder, with why (keep): no-fit reasons count them.
         self._kept: dict[str, str] = {}
+        # Per shape index, bumped by every take and give: whether a tally is still good.
+        self._shape_version: dict[int, int] = {}
+        # (shape index, host glob) -> (version, free, why -> count): see shape_tally.
+        self._tallies: dict[tuple[int, str | None], tuple[int, int, dict[str, int]]] = {}
         for holder in holders:
             self.hold(holder.slices, holder)
         self._free_ids = _FreeIds(self)
@@ -387,6 +392,7 @@ class PoolView:
         self._taken.add(slice_id)
         index = slot.shape.index
         self._shape_taken[index] = self._shape_taken.get(index, 0) + 1
+        self._shape_version[index] = self._shape_version.get(index, 0) + 1
         tier = self._tier_of.pop(slice_id, None)
         if tier is not None:
             tier_list = self._tiers[index][tier]
@@ -408,6 +414,7 @@ class PoolView:
         self._count(slot, -1)
         index = slot.shape.index
         self._shape_taken[index] -= 1
+        self._shape_version[index] += 1
         if index in self._tiers:
             tier = self.tier(slot)
             insort(self._tiers[index][tier], slot.nat)
@@ -484,6 +491,28 @@ class PoolView:
         if shape.index not in self._tiers:
             self._build(shape)
         return (self._by_island if level == "island" else self._by_host)[shape.index]
+
+    def shape_tally(self, shape: Shape, host: str | None) -> tuple[int, dict[str, int]]:
+        """The shape's slices on hosts matching the glob `host` (None: every host): how
+        many are free, and how many are not per why_taken. Kept until a slice of the shape
+        is taken or given: a full pool's waiting jobs all ask it, and walking thousands of
+        slices for each of them was most of a pass (bench/scale)."""
+        version = self._shape_version.get(shape.index, 0)
+        found = self._tallies.get((shape.index, host))
+        if found is not None and found[0] == version:
+            return found[1], found[2]
+        free, counts = 0, {}
+        taken = self._taken
+        for slot in shape.members:
+            if host is not None and not fnmatch.fnmatchcase(slot.host, host):
+                continue
+            if slot.id not in taken:
+                free += 1
+            else:
+                why = self.why_taken(slot.id)
+                counts[why] = counts.get(why, 0) + 1
+        self._tallies[(shape.index, host)] = (version, free, counts)
+        return free, counts
 
     def static_cache(self, key: tuple[Any, ...], compute: Callable[[], T]) -> T:
         """An answer that depends only on the slices (not on holds), computed once."""

@@ -18,17 +18,52 @@ from typing import Any
 from gpupoolctl.sched.ids import natural
 from gpupoolctl.sched.place import fits, levels
 from gpupoolctl.sched.pool import Holder, PoolView, Slot
-from gpupoolctl.sched.request import JobRequest
+from gpupoolctl.sched.request import JobRequest, host_matches
 from gpupoolctl.timestamps import format_ts
 
 
 def eligible(holder: Holder, request: JobRequest, now: datetime | None = None) -> bool:
     """A hold that may be preempted for `request`: a job's, preemptible, lower priority."""
+    stamp = format_ts(now) if now is not None else None
+    return _preemptible(holder, stamp) and holder.priority < request.priority
+
+
+def _preemptible(holder: Holder, stamp: str | None) -> bool:
     if not holder.preemptible or holder.priority is None or holder.job is None:
         return False
-    if now is not None and holder.expires is not None and holder.expires <= format_ts(now):
-        return False  # frees itself
-    return holder.priority < request.priority
+    return stamp is None or holder.expires is None or holder.expires > stamp  # else frees itself
+
+
+class Eligible:
+    """The holds of a pool that some request could preempt at `now`, in the pool's order:
+    `below(p)` are those a request of priority p may preempt (eligible()). Made once per
+    pass rather than once per waiting job: on a full pool that walk over every hold was
+    most of a pass (bench/scale). Valid while no hold is removed; holds added later (the
+    pass's own placements) are never victims anyway."""
+
+    def __init__(self, pool: PoolView, now: datetime) -> None:
+        stamp = format_ts(now)
+        self._pool = pool
+        self._holds = [h for h in pool.holds.values() if _preemptible(h, stamp)]
+        self._below: dict[tuple[int, tuple[int, ...] | None], list[Holder]] = {}
+
+    def below(self, priority: int, request: JobRequest | None = None) -> list[Holder]:
+        """With `request`: only the holds with a slice of a shape the request could use
+        (host aside); the others free nothing it could take."""
+        shapes = None
+        if request is not None:
+            shapes = tuple(shape.index for shape in self._pool.shapes_for(request))
+        found = self._below.get((priority, shapes))
+        if found is None:
+            slot, wanted = self._pool.slot, set(shapes or ())
+            found = self._below[(priority, shapes)] = [
+                h
+                for h in self._holds
+                if h.priority is not None
+                and h.priority < priority
+                and (shapes is None or any(slot(s).shape.index in wanted for s in h.slices))
+            ]
+        return found
 
 
 def choose_preemption(
@@ -55,8 +90,18 @@ def choose_preemption(
         ]
     if not victims:
         return None
-    matching = {s.id: s for s in pool.all_candidates(request)}
-    free = [s for s in matching.values() if s.id in pool.free]
+    # Only the victims' slices and the free ones matter: a full pool has thousands of
+    # matching slices, and this runs for every waiting job.
+    shapes = {shape.index for shape in pool.shapes_for(request)}
+    matching = {
+        sid: slot
+        for holder in victims
+        for sid in holder.slices
+        if (slot := pool.slot(sid)).shape.index in shapes and host_matches(slot.host, request)
+    }
+    if not matching:
+        return None
+    free = list(pool.free_candidates(request))
     best: tuple[tuple[Any, ...], list[Holder]] | None = None
     for rank, level in enumerate(levels(request, policy)):
         for chosen in _per_group(request, level, matching, free, victims, now):

@@ -40,7 +40,7 @@ from gpupoolctl.sched.entry import QueueEntry
 from gpupoolctl.sched.explain import recut_wait
 from gpupoolctl.sched.place import NoFit, Placement, place
 from gpupoolctl.sched.pool import Holder, PoolView
-from gpupoolctl.sched.preempt import choose_preemption
+from gpupoolctl.sched.preempt import Eligible, choose_preemption
 from gpupoolctl.sched.request import PRIORITY_MAX, JobRequest
 
 if TYPE_CHECKING:
@@ -198,6 +198,11 @@ class PassState:
     # its clearing plans will hold
     starving: dict[str, str] = field(default_factory=dict)  # GPU key -> the starving entry
     # an aging reservation kept it for
+    # Preemption: the holds that may be victims (made on first need), and the requests
+    # (shape key, priority) for which none would do. The pass only fills the pool and its
+    # own holds are never victims, so a request refused once is refused again.
+    eligible: Eligible | None = None
+    no_victims: set[tuple[ShapeKey, int]] = field(default_factory=set)
     # With teams, work that would borrow goes after all work within its team's nominal
     # (Kueue's order): else a borrower of higher priority takes what a reclaim freed for a
     # guaranteed job, and the next pass reclaims it again. Borrowers wait for a second round.
@@ -395,19 +400,21 @@ def _preempt(state: PassState, turn: Turn) -> bool:
     """Priority preemption (within the entry's team, with teams): the fewest eligible
     victims, never this pass's holds. Sets `result.preempt`; True when it chose any."""
     request = turn.entry.request
-    candidates = None
+    tried = (turn.key, request.priority)
+    if tried in state.no_victims:
+        return False
+    if state.eligible is None:
+        state.eligible = Eligible(state.pool, state.now)
+    candidates = state.eligible.below(request.priority, request)
     if state.usage is not None:
-        from gpupoolctl.sched.preempt import eligible
-
-        candidates = [
-            h
-            for h in state.pool.holds.values()
-            if h.team == turn.team and eligible(h, request, state.now)
-        ]
-    victims = choose_preemption(
-        request, state.pool, state.now, turn.how, spare=state.mine, candidates=candidates
-    )
+        candidates = [h for h in candidates if h.team == turn.team]
+    victims = None
+    if candidates:
+        victims = choose_preemption(
+            request, state.pool, state.now, turn.how, spare=state.mine, candidates=candidates
+        )
     if not victims:
+        state.no_victims.add(tried)
         return False
     state.result.preempt = (turn.entry, victims)
     return True
