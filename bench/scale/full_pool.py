@@ -29,7 +29,8 @@ for folder in (ROOT, ROOT / "bench" / "utilization", ROOT / "bench" / "slurm-vs-
 
 import pass_scaling  # noqa: E402  # bench/slurm-vs-pool/pass_scaling.py
 
-from gpupoolctl.sched.snapshot import run_pass, snapshot  # noqa: E402
+from gpupoolctl.sched.modes import run_pass  # noqa: E402
+from gpupoolctl.sched.snapshot import snapshot  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location(
     "bench_scale_run", Path(__file__).with_name("run.py")

@@ -72,8 +72,8 @@ from gpupoolctl.ledger.units import format_ts
 from gpupoolctl.policy.model import GPU_MEMORY, PoolPolicy, QuotaScope
 from gpupoolctl.sched import JobRequest, QueueEntry
 from gpupoolctl.sched.elastic import InHosts
+from gpupoolctl.sched.modes import run_pass
 from gpupoolctl.sched.shares import slice_amounts
-from gpupoolctl.sched.snapshot import run_pass
 
 CHECKPOINT_S = 1800.0  # training writes a checkpoint every 30 min of its run (assumption)
 GRACE_S = 30.0  # a victim's slices are free this long after it is signalled

@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING, Any
 from jobtrace import Job  # type: ignore[import-not-found]  # bench/utilization/jobtrace.py
 
 from gpupoolctl.sched import JobRequest, PassResult, PoolView, QueueEntry
+from gpupoolctl.sched.modes import run_pass
 from gpupoolctl.sched.pool import gpu_key  # the GPU a slice is on, as PoolView keys it
-from gpupoolctl.sched.snapshot import Snapshot, run_pass, snapshot
+from gpupoolctl.sched.snapshot import Snapshot, snapshot
 from gpupoolctl.timestamps import format_ts
 
 if TYPE_CHECKING:

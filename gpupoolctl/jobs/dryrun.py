@@ -14,7 +14,7 @@ def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
     preemption and elastic re-cuts included), on the ledger as it is and a view that is
     thrown away: one event per decision, in the pass's order. Writes nothing and asks no
     node (so jobs that ended since the last pass still hold their slices here)."""
-    from gpupoolctl.sched.snapshot import run_pass
+    from gpupoolctl.sched.modes import run_pass
 
     view = view or jobs.read()
     snap = jobs.snapshot(view.state, view.now)

@@ -30,7 +30,7 @@ from gpupoolctl.jobs.service import JobsCore, Outcome
 from gpupoolctl.ledger import State, Transaction
 from gpupoolctl.ledger.units import format_ts
 from gpupoolctl.sched import NoFit, PassResult, QueueEntry
-from gpupoolctl.sched.snapshot import run_pass
+from gpupoolctl.sched.modes import run_pass
 
 MAX_ROUNDS = 50  # bounded: a round places, preempts or re-cuts; the next sees the result
 
@@ -190,8 +190,9 @@ def _record(jobs: JobsCore, tx: Transaction, found: _Round, result: PassResult) 
         job = tx.state.jobs[str(entry.job)]
         policy = entry.policy or "best-fit"
         # A pass limited to some hosts (-l) must not fail a job that other hosts could hold.
-        if jobs.hosts is not None and not jobs.fits_nowhere(
-            tx.state, entry.request, tx.now, policy
+        if (
+            jobs.hosts is not None
+            and jobs.never_fits(tx.state, entry.request, tx.now, policy) is None
         ):
             reason = f"{nofit.reason} (this pass sees only the hosts given by -l)"
             found.waiting.append({"event": "waiting", "job": entry.job, "reason": reason})

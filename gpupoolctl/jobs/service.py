@@ -27,7 +27,8 @@ from gpupoolctl.sched.names import check_names
 if TYPE_CHECKING:
     from gpupoolctl.policy import PoolPolicy
     from gpupoolctl.sched import QueueEntry
-    from gpupoolctl.sched.elastic import InHosts, RecutReach, Upcoming
+    from gpupoolctl.sched.elastic import InHosts, Upcoming
+    from gpupoolctl.sched.modes import Never
     from gpupoolctl.sched.snapshot import Snapshot
 
 # Agent errors that prove a launch did not happen (anything else: ask the node).
@@ -139,16 +140,13 @@ class JobsCore:
                 self.warnings.append(message)
         return view
 
-    def fits_nowhere(self, state: State, request: JobRequest, now: str, policy: str) -> bool:
-        """Whether no slice of the whole pool, not only of this pass's hosts (--limit), and
-        no elastic re-cut of one of its cards could ever hold the request: only then may a
-        queued job be failed for it."""
-        whole = self.snapshot(state, now, everywhere=True, queue=())
-        result = place(request, whole.pool(), policy)
-        if not (isinstance(result, NoFit) and result.never):
-            return False
-        reach = _reach(whole, request)
-        return reach is None or not reach.serves(request)
+    def never_fits(self, state: State, request: JobRequest, now: str, policy: str) -> Never | None:
+        """Could it ever run (sched.modes.never_fits) on the whole pool, not only this pass's
+        hosts (--limit): None when it could, else why not. Only then is a job refused or
+        failed from the queue."""
+        from gpupoolctl.sched.modes import never_fits
+
+        return never_fits(self.snapshot(state, now, everywhere=True, queue=()), request, policy)
 
     def place(
         self,
@@ -164,11 +162,6 @@ class JobsCore:
             if pool.holder(slice_id) is None:
                 pool.take(slice_id)
         return place(request, pool, policy)
-
-    def recut_reach(self, state: State, request: JobRequest, now: str) -> RecutReach | None:
-        """What elastic re-cuts of the whole pool's cards could give the request (work it
-        serves waits, whatever hosts this pass may use); None without an elastic policy."""
-        return _reach(self.snapshot(state, now, everywhere=True, queue=()), request)
 
     def ensure_slices(self, *, record: bool = True) -> None:
         """Slices of the chosen hosts from their facts, when the ledger knows none yet
@@ -310,8 +303,11 @@ class JobsCore:
     # -- submit ------------------------------------------------------------------------------
 
     def plan(self, spec: JobSpec) -> Placement | NoFit | Upcoming:
-        """Where it would go now, and why; writes nothing."""
+        """What would happen to the job if it were submitted now (sched.modes.what_if):
+        where it would start, the re-cut made for it and when, or why it would wait;
+        writes nothing."""
         from gpupoolctl.jobs import teams
+        from gpupoolctl.sched.modes import what_if
 
         spec.validate()
         spec = teams.with_team(self, spec)
@@ -321,59 +317,10 @@ class JobsCore:
             extra = {s["id"]: s for s in self._unrecorded}
             state = dataclasses.replace(state, slices={**state.slices, **extra})
         snap = self.snapshot(state, view.now)
-        if snap.elastic is not None or snap.shares is not None:
-            return self._plan_pass(snap, spec, state)
-        result = place(spec.request, snap.pool(), spec.policy)
-        if isinstance(result, NoFit) and result.never:
+        answer = what_if(snap, spec.request, spec.policy, seq=state.seq + 1)
+        if isinstance(answer, NoFit) and answer.never:
             check_names(spec.request, state.slices.values())
-        return result
-
-    def _plan_pass(
-        self, snap: Snapshot, spec: JobSpec, state: State
-    ) -> Placement | NoFit | Upcoming:
-        """The scheduling pass as it would run with this job queued now behind today's
-        queue: where it lands, or the re-cut made for it and when (the pass that `submit`
-        runs makes it, or a later one once the batch window or the card's min-idle has
-        passed); with teams, within its team's quota in force now."""
-        from gpupoolctl.sched import QueueEntry
-        from gpupoolctl.sched.elastic import Upcoming
-        from gpupoolctl.sched.snapshot import run_pass
-
-        moment = snap.now
-        mine = QueueEntry(
-            id="(this job)",
-            priority=spec.request.priority,
-            seq=state.seq + 1,
-            enqueued=moment,
-            request=spec.request,
-            job="(this job)",
-            policy=spec.policy,
-        )
-        result = run_pass(snap.with_queue([*snap.queue, mine]), foresee=True)
-        for entry, placement in result.placed:
-            if entry is mine:
-                return placement
-        recut = result.recut_for(mine)
-        if recut is not None:
-            return Upcoming(recut)
-        if mine.id in result.upcoming:
-            return result.upcoming[mine.id]
-        for entry, nofit in (*result.waiting, *result.never):
-            if entry is mine:
-                if nofit.never:
-                    check_names(spec.request, state.slices.values())
-                return nofit
-        return NoFit("it would wait behind the queue", never=False)
-
-
-def _reach(snap: Snapshot, request: JobRequest) -> RecutReach | None:
-    """What elastic re-cuts of the snapshot's cards could give the request; None without
-    an elastic section in force."""
-    if snap.elastic is None:
-        return None
-    from gpupoolctl.sched.elastic import recut_reach
-
-    return recut_reach(request, snap.elastic, slices=snap.slices.values())
+        return answer
 
 
 def find(jobs: JobsCore, job_id: str) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from gpupoolctl.jobs.errors import NeverFits
 from gpupoolctl.jobs.service import JobsCore, Outcome
 from gpupoolctl.jobs.spec import JobSpec, expand_checkpoint_dir
 from gpupoolctl.ledger import Transaction
-from gpupoolctl.sched import NoFit
 from gpupoolctl.sched.names import check_names
 
 
@@ -21,14 +20,10 @@ def submit(jobs: JobsCore, spec: JobSpec) -> Outcome:
     reaping.reap(jobs, probe_lost=False)  # a lost node is the loop's to ask, not submit's
 
     def build(tx: Transaction) -> str:
-        result = jobs.place(tx.state, spec.request, tx.now, spec.policy)
-        if isinstance(result, NoFit) and result.never:
-            reach = jobs.recut_reach(tx.state, spec.request, tx.now)
-            if reach is None or not reach.serves(spec.request):
-                check_names(spec.request, tx.state.slices.values())
-                told = "" if reach is None else reach.why(spec.request)
-                reason = f"{result.reason}; {told}" if told else result.reason
-                raise NeverFits(f"the pool can never satisfy this request: {reason}")
+        never = jobs.never_fits(tx.state, spec.request, tx.now, spec.policy)
+        if never is not None:
+            check_names(spec.request, tx.state.slices.values())
+            raise NeverFits(f"the pool can never satisfy this request: {never.reason}")
         job_id = f"j-{tx.next_seq}"
         job = {"id": job_id, "owner": jobs.owner, "run": 0, **spec.record()}
         if spec.checkpoint_dir is not None:  # the same folder on every try of this job

@@ -9,8 +9,8 @@ windows applied: the elastic section and each team's quota a window replaces). P
 (`schedule`, `submit`, `jobs`' reasons, dry runs) and the benchmarks build it here and
 nowhere else, so a pass cannot see one input through two different eyes.
 
-`run_pass(snapshot, ...)` is the pass on it (sched.queue.schedule_pass on a working copy of
-the pool: the snapshot itself never changes).
+sched.modes asks the scheduler's three questions of a snapshot (place now, could it ever
+run, what would happen), each on a working copy of the pool: the snapshot never changes.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from gpupoolctl.policy.model import PoolPolicy
     from gpupoolctl.sched.cards import AnyCard
     from gpupoolctl.sched.elastic import ElasticInputs, InHosts
-    from gpupoolctl.sched.queue import PassResult
     from gpupoolctl.sched.recorded import RecordedState
     from gpupoolctl.sched.shares import ShareInputs
 
@@ -114,33 +113,6 @@ def snapshot(
         stale=stale,
         _skeleton=skeleton_of(seen.slices),
         _first=[view],
-    )
-
-
-def run_pass(
-    snap: Snapshot,
-    policy: str = "best-fit",
-    *,
-    preempt: bool = False,
-    no_preempt: frozenset[str] = frozenset(),
-    foresee: bool = False,
-    pool: PoolView | None = None,
-) -> PassResult:
-    """One scheduling pass (sched.queue.schedule_pass) on the snapshot. `pool`: the working
-    view to hold the pass's placements on, when the caller wants to read it afterwards
-    (default: a fresh one from snap.pool())."""
-    from gpupoolctl.sched.queue import schedule_pass
-
-    return schedule_pass(
-        snap.queue,
-        pool if pool is not None else snap.pool(),
-        snap.now,
-        policy,
-        preempt=preempt,
-        no_preempt=no_preempt,
-        elastic=snap.elastic,
-        shares=snap.shares,
-        foresee=foresee,
     )
 
 

@@ -30,7 +30,8 @@ from gpupoolctl.ledger import Ledger, State
 from gpupoolctl.policy import parse_policy
 from gpupoolctl.sched import Holder, JobRequest, PassResult, QueueEntry
 from gpupoolctl.sched.elastic import glob_hosts
-from gpupoolctl.sched.snapshot import Snapshot, run_pass, snapshot
+from gpupoolctl.sched.modes import run_pass
+from gpupoolctl.sched.snapshot import Snapshot, snapshot
 from gpupoolctl.timestamps import format_ts
 
 GIB = 1024

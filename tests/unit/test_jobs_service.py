@@ -245,6 +245,13 @@ def test_a_pass_limited_to_some_hosts_never_fails_a_job_other_hosts_could_hold(t
     events = scheduling.schedule(only_n1).events
     assert any(e["event"] == "refused" and e["job"] == "j-x" for e in events)
     assert state_of(everyone, "j-x")["state"] == "failed"
+    # submit asks the same question (sched.modes.never_fits, on the whole pool): limited
+    # to n1, an L40S job is queued for a pass that sees n2, not refused as never fitting...
+    limited = submitting.submit(only_n1, spec(profile="gpu", model="L40S"))
+    assert limited.state == "queued" and "-l" in str(limited.reason)
+    # ...and what no host has is refused as before
+    with pytest.raises(NeverFits, match="never satisfy"):
+        submitting.submit(only_n1, spec(profile="gpu", model="H100"))
 
 
 class EndedNode(FakeNode):
