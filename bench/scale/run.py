@@ -19,10 +19,8 @@ least-squares line: what the pass costs per 1,000 queued jobs), and the process'
 resident memory. `--profile` runs the day under cProfile and prints where its time goes
 (cProfile slows the passes: read its shares, not its seconds).
 
-What it does not measure yet: the ledger's size at the end of the day and the latency of
-`jobs` / `pool` / `top --once` on it. Those need the day's records as production writes
-them, i.e. the production executor run on virtual nodes (issue 32, part 3); a replay that
-wrote its own records would measure a ledger production never writes.
+The ledger's size at the end of a day and the latency of `jobs` / `pool` / `top --once` on
+it are production_day.py's: they need the day's records as production writes them.
 """
 
 from __future__ import annotations
