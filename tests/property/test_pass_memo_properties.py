@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from unittest import mock
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpupoolctl.sched import PoolView, QueueEntry, choose_preemption, schedule_pass
@@ -134,7 +134,7 @@ def test_a_pass_that_remembers_decides_as_one_that_looks_again(pool_and_holds, a
     assert answers(fast) == answers(slow)
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=100)  # a filter compared with a filter: few examples do
 @given(held_pools(busy=True), st.sampled_from([0, 10, 50, 90, 100]))
 def test_eligible_below_a_priority_is_every_hold_eligible_for_it(pool_and_holds, priority):
     slices, holders = pool_and_holds
