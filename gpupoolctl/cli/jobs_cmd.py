@@ -454,7 +454,13 @@ def _render_plan(settings: Settings, result: Any) -> None:
             },
         }
     else:
-        data = {"dry_run": True, "fits": False, "never": result.never, "reason": result.reason}
+        data = {
+            "dry_run": True,
+            "fits": False,
+            "never": result.never,
+            "reason": result.reason,
+            "code": result.code,
+        }
     if settings.resolved_output() is OutputFormat.table:
         if data.get("recut") and not data["recut"]["in_s"]:
             print(data["reason"])

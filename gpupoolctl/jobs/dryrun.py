@@ -57,7 +57,9 @@ def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
     for entry, nofit in result.waiting:
         events.append(scheduling.waiting_event(result, entry, nofit, snap.now))
     for entry, nofit in result.never:
-        events.append({"event": "would-refuse", "job": entry.job, "reason": nofit.reason})
+        events.append(
+            {"event": "would-refuse", "job": entry.job, "reason": nofit.reason, "code": nofit.code}
+        )
     return events
 
 

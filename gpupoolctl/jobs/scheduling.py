@@ -142,10 +142,9 @@ def _decide(
         no_preempt.add(entry.id)  # its victims cannot be stopped cleanly now: it waits
     _record(jobs, tx, found, result)
     for entry, nofit in result.waiting:
-        event = waiting_event(result, entry, nofit, now)
-        if entry.id in stopping and event["reason"] == nofit.reason:
-            event["reason"] = f"{nofit.reason}; the jobs preempted for it are still stopping"
-        found.waiting.append(event)
+        if entry.id in stopping and result.waiting_nofit(entry, nofit) is nofit:
+            nofit = nofit.wrap("victims-stopping")
+        found.waiting.append(waiting_event(result, entry, nofit, now))
     for recut in result.recuts:
         reserved = reshape.reserve(tx, recut)
         if reserved is not None:
@@ -156,13 +155,15 @@ def _decide(
 def waiting_event(
     result: PassResult, entry: QueueEntry, nofit: NoFit, now: datetime
 ) -> dict[str, Any]:
-    """A `waiting` event: the entry's job and why it waits (PassResult.waiting_reason); when
-    it waits for a re-cut, which one (`recut`: the card, its new layout, and `due`: the
-    ledger time from which a pass may make it)."""
+    """A `waiting` event: the entry's job and why it waits (PassResult.waiting_nofit: its
+    words, `reason`, and its `code`); when it waits for a re-cut, which one (`recut`: the
+    card, its new layout, and `due`: the ledger time from which a pass may make it)."""
+    why = result.waiting_nofit(entry, nofit)
     event: dict[str, Any] = {
         "event": "waiting",
         "job": entry.job,
-        "reason": result.waiting_reason(entry, nofit),
+        "reason": why.reason,
+        "code": why.code,
     }
     recut, wait_s = result.recut_for(entry), 0.0
     coming = result.upcoming.get(entry.id)
@@ -194,15 +195,19 @@ def _record(jobs: JobsCore, tx: Transaction, found: _Round, result: PassResult) 
             jobs.hosts is not None
             and jobs.never_fits(tx.state, entry.request, tx.now, policy) is None
         ):
-            reason = f"{nofit.reason} (this pass sees only the hosts given by -l)"
-            found.waiting.append({"event": "waiting", "job": entry.job, "reason": reason})
+            why = nofit.wrap("hosts-limited", never=False)
+            found.waiting.append(
+                {"event": "waiting", "job": entry.job, "reason": why.reason, "code": why.code}
+            )
             continue
         tx.append("dequeue", {"id": entry.id, "reason": "can never fit"})
         tx.append(
             "job",
             {"id": job["id"], "state": "failed", "error": f"can never fit: {nofit.reason}"},
         )
-        found.events.append({"event": "refused", "job": entry.job, "reason": nofit.reason})
+        found.events.append(
+            {"event": "refused", "job": entry.job, "reason": nofit.reason, "code": nofit.code}
+        )
 
 
 def preempting_for(state: State, job_id: str) -> list[str]:

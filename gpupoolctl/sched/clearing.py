@@ -49,10 +49,9 @@ class ClearingPlan:
     # team's nominal in its later plans, so two waiting requests never plan the same room.
     entries: tuple[dict[str, Any], ...]
 
-    def describe(self) -> str:
-        keys = ", ".join(card.key for card in self.cards)
-        stop = f", stopping {len(self.victims)} borrowed job(s)" if self.victims else ""
-        return f"{keys} kept to be made whole for it{stop}"
+    def detail(self) -> dict[str, Any]:
+        """What a "clearing" no-fit reason tells of the plan (sched.explain)."""
+        return {"cards": tuple(card.key for card in self.cards), "victims": len(self.victims)}
 
 
 def plan_clearing(

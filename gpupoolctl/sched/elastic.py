@@ -43,8 +43,9 @@ from gpupoolctl.sched.cards import (
     layout_text,
     predicted_slices,
 )
-from gpupoolctl.sched.explain import due_in, recut_wait
+from gpupoolctl.sched.explain import due_in, reach_text
 from gpupoolctl.sched.ids import natural
+from gpupoolctl.sched.place import NoFit
 from gpupoolctl.sched.pool import island_key
 from gpupoolctl.sched.request import JobRequest, host_matches, shape_matches
 
@@ -220,10 +221,14 @@ class RecutReach:
         ("" when no card could hold any of it)."""
         if not self.reachable:
             return ""
-        if self.level is None:
-            return "an idle card re-cut could hold it"
-        most = f"the most on one {self.level.replace('host', 'node')}: {self.most} on {self.group}"
-        return f"re-cut, {most}" if self.serves(request) else f"nor re-cut ({most})"
+        return reach_text(self.level, self.most, self.group, self.serves(request))
+
+    def nofit(self, request: JobRequest, placed: NoFit) -> NoFit:
+        """Placement's reason (`placed`) with what re-cuts could give the request added (a
+        "recut-reach"): it waits when they serve it, else it never fits."""
+        serves = self.serves(request)
+        detail = {"level": self.level, "most": self.most, "group": self.group, "serves": serves}
+        return placed.wrap("recut-reach", never=not serves, **detail)
 
 
 def recut_reach(
@@ -500,8 +505,13 @@ class Upcoming:
     wait_s: float = 0.0
     cause: str | None = None
 
+    def nofit(self) -> NoFit:
+        """Why the work waits, typed (a "recut-wait")."""
+        detail = {"recut": self.recut.describe(), "wait_s": self.wait_s, "cause": self.cause}
+        return NoFit("recut-wait", False, detail)
+
     def reason(self) -> str:
-        return recut_wait(self.recut.describe(), self.wait_s, self.cause)
+        return self.nofit().reason
 
 
 # Later moments foresee_recuts looks at (each one more plan_recuts): a queue whose work

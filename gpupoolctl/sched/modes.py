@@ -68,9 +68,16 @@ class Never:
     reach: RecutReach | None
 
     @property
+    def typed(self) -> NoFit:
+        """The reason, typed: placement's, with what re-cuts could give it added (a
+        "recut-reach") when some card could hold a slice of it."""
+        if self.reach is None or not self.reach.reachable:
+            return self.nofit
+        return self.reach.nofit(self.request, self.nofit)
+
+    @property
     def reason(self) -> str:
-        told = "" if self.reach is None else self.reach.why(self.request)
-        return f"{self.nofit.reason}; {told}" if told else self.nofit.reason
+        return self.typed.reason
 
 
 def never_fits(snap: Snapshot, request: JobRequest, policy: str = "best-fit") -> Never | None:
@@ -127,7 +134,7 @@ def what_if(
     for entry, nofit in (*result.waiting, *result.never):
         if entry is mine:
             return nofit
-    return NoFit("it would wait behind the queue", never=False)
+    return NoFit("behind-queue", False)
 
 
 __all__ = ["WHAT_IF_ID", "Never", "never_fits", "recut_reach", "run_pass", "what_if"]

@@ -15,7 +15,9 @@ are candidates and each is picked once. The view is changed tentatively and rest
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpupoolctl.errors import UsageError
 from gpupoolctl.sched import explain
@@ -41,10 +43,38 @@ class Placement:
     why: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class NoFit:
-    reason: str
-    never: bool  # not even with every slice free: the pool can never satisfy it (exit 5)
+    """Why a request does not run now, typed: `code` (one of sched.explain.CODES) says
+    which situation it is, `detail` holds the names and numbers its words are made from
+    (read only; each code's keys are listed in sched.explain), `never` whether not even
+    every slice free could satisfy it (exit 5), and `inner` the reason this one adds to
+    (clearing, re-cut reach, team quota...). Its words (`reason`) are made by
+    sched.explain.render, on first use: a pass makes one per waiting request shape and
+    most are never read. Equal NoFits are the same answer: same code, details and inner."""
+
+    code: str
+    never: bool
+    detail: Mapping[str, Any] = field(default_factory=dict)
+    inner: NoFit | None = None
+    _text: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.code not in explain.CODES:
+            raise ValueError(f"unknown no-fit code {self.code!r}")
+
+    @property
+    def reason(self) -> str:
+        text = self._text
+        if text is None:
+            text = explain.render(self)
+            object.__setattr__(self, "_text", text)
+        return text
+
+    def wrap(self, code: str, never: bool | None = None, **detail: Any) -> NoFit:
+        """A reason of `code` that adds to this one (its `inner`); `never` as this one's
+        unless given."""
+        return NoFit(code, self.never if never is None else never, detail, self)
 
 
 def levels(request: JobRequest, policy: str) -> list[str | None]:
@@ -273,17 +303,11 @@ def _no_fit(request: JobRequest, pool: PoolView, tried: list[str | None]) -> NoF
         free_now, taken = not_free(request, pool)
         total = free_now + sum(n for _, n in taken)
         if total == 0:
-            return NoFit(f"no slice in the pool matches {want}", never=True)
+            return NoFit("no-match", True, {"want": want})
         if total < request.gpus:
-            return NoFit(
-                f"the pool has only {total} slice(s) matching {want}, even with all free",
-                never=True,
-            )
-        return NoFit(
-            f"nothing fits {want} now: {free_now} matching slice(s) free of {total}"
-            + explain.not_free(taken),
-            never=False,
-        )
+            return NoFit("too-few-ever", True, {"want": want, "total": total})
+        detail = {"want": want, "free": free_now, "total": total, "taken": tuple(taken)}
+        return NoFit("nothing-free", False, detail)
     level = tried[-1]
     assert level is not None
     best_ever = pool.static_cache(
@@ -292,21 +316,28 @@ def _no_fit(request: JobRequest, pool: PoolView, tried: list[str | None]) -> NoF
     )
     best_now = _largest(group_counts(request, pool, level))
     if best_ever[1] == 0:
-        return NoFit(f"no slice in the pool matches {want}", never=True)
+        return NoFit("no-match", True, {"want": want})
     if best_ever[1] < request.gpus:
-        return NoFit(
-            f"no {level} has {request.gpus} slices matching {want}, even with all free "
-            f"(the most: {best_ever[1]} on {best_ever[0]})",
-            never=True,
-        )
-    now = f"the most free on one {level}: {best_now[1]}" + (
-        f" on {best_now[0]}" if best_now[1] else ""
-    )
+        detail = {
+            "want": want,
+            "level": level,
+            "gpus": request.gpus,
+            "most": best_ever[1],
+            "group": best_ever[0],
+        }
+        return NoFit("group-too-small", True, detail)
     free_now, taken = not_free(request, pool)
     total = free_now + sum(n for _, n in taken)
-    if taken:
-        now += f"; {free_now} matching slice(s) free of {total}" + explain.not_free(taken)
-    return NoFit(f"nothing fits {want} now: {now}", never=False)
+    detail = {
+        "want": want,
+        "level": level,
+        "most": best_now[1],
+        "group": best_now[0],
+        "free": free_now,
+        "total": total,
+        "taken": tuple(taken),
+    }
+    return NoFit("no-group-free", False, detail)
 
 
 def _largest(counts: dict[str, list[tuple[int, int]]]) -> tuple[str, int]:

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gpupoolctl.sched import shares as share_rules
 from gpupoolctl.sched.entry import QueueEntry
-from gpupoolctl.sched.explain import recut_wait
 from gpupoolctl.sched.place import NoFit, Placement, place
 from gpupoolctl.sched.pool import Holder, PoolView
 from gpupoolctl.sched.preempt import Eligible, choose_preemption
@@ -109,13 +108,19 @@ class PassResult:
         return next((r for r in self.recuts if job in r.jobs), None)
 
     def waiting_reason(self, entry: QueueEntry, nofit: NoFit) -> str:
+        """Why a waiting entry waits, in words (waiting_nofit's)."""
+        return self.waiting_nofit(entry, nofit).reason
+
+    def waiting_nofit(self, entry: QueueEntry, nofit: NoFit) -> NoFit:
         """Why a waiting entry waits: the re-cut made for it (now, or when a later pass
-        may make it: sched.explain.recut_wait), else why nothing fits."""
+        may make it: a "recut-wait"), else why nothing fits (`nofit`)."""
         recut = self.recut_for(entry)
         if recut is not None:
-            return recut_wait(recut.describe())
+            from gpupoolctl.sched.elastic import Upcoming  # a re-cut: elastic is loaded
+
+            return Upcoming(recut).nofit()
         coming = self.upcoming.get(entry.id)
-        return coming.reason() if coming is not None else nofit.reason
+        return coming.nofit() if coming is not None else nofit
 
 
 def schedule_pass(
@@ -258,7 +263,7 @@ def _backing_off(state: PassState, entry: QueueEntry) -> bool:
     if entry.not_before is None or entry.not_before <= state.now:
         return False
     left = math.ceil((entry.not_before - state.now).total_seconds())
-    state.result.waiting.append((entry, NoFit(backoff_reason(left), never=False)))
+    state.result.waiting.append((entry, backoff_nofit(left)))
     state.backing_off.add(entry.id)
     return True
 
@@ -430,7 +435,7 @@ def _keep_for_clearing(state: PassState, turn: Turn, clearing: ClearingPlan, nof
         state.result.kept_for[card_key] = turn.entry.id
     assert turn.team is not None  # a clearing is planned for a team only
     state.planned.setdefault(turn.team, []).extend(clearing.entries)
-    return NoFit(f"{nofit.reason}; {clearing.describe()}", never=False)
+    return nofit.wrap("clearing", never=False, **clearing.detail())
 
 
 def _reserve_for_starving(state: PassState, entry: QueueEntry) -> None:
@@ -511,9 +516,9 @@ def _in_order(
             del per_team[best_team]
 
 
-def backoff_reason(seconds: int) -> str:
-    """Why a restart waits: "restarting in 8s (backoff)"."""
-    return f"restarting in {max(1, seconds)}s (backoff)"
+def backoff_nofit(seconds: int) -> NoFit:
+    """Why a restart waits (a "backoff"): "restarting in 8s (backoff)"."""
+    return NoFit("backoff", False, {"seconds": seconds})
 
 
 def _may_recut(
@@ -595,12 +600,10 @@ def _place(
         outcome = place(request, pool, policy)
     finally:
         pool.unkeep(hidden)
-    if isinstance(outcome, NoFit):
-        if hidden:
-            return NoFit(outcome.reason, never=False)  # the reason counts what is kept
-        if outcome.never:
-            reach = elastic_rules.recut_reach(request, elastic, slices=pool.slices.values())
-            told = reach.why(request)
-            if told:
-                return NoFit(f"{outcome.reason}; {told}", never=not reach.serves(request))
+    if isinstance(outcome, NoFit) and outcome.never:
+        if hidden:  # it waits for the cards kept from it (the reason counts them)
+            return outcome.wrap("recut-kept", never=False)
+        reach = elastic_rules.recut_reach(request, elastic, slices=pool.slices.values())
+        if reach.reachable:
+            return reach.nofit(request, outcome)
     return outcome

@@ -30,12 +30,11 @@ from datetime import datetime
 from typing import Any
 
 from gpupoolctl.policy.model import CARDS, GPU_MEMORY, SLICES, QuotaScope
+from gpupoolctl.sched.explain import MIB_PER_GIB
 from gpupoolctl.sched.place import NoFit, Placement, place
 from gpupoolctl.sched.pool import Holder, PoolView
 from gpupoolctl.sched.preempt import newer_first
 from gpupoolctl.sched.request import JobRequest
-
-MIB_PER_GIB = 1024
 
 
 @dataclass(frozen=True)
@@ -92,20 +91,6 @@ def amounts(entries: Iterable[Mapping[str, Any]], scope: QuotaScope) -> dict[str
     return total
 
 
-def amount_text(resource: str, amount: int) -> str:
-    """'160 GiB' of GPU memory, '2 cards', '3 1g.10gb'."""
-    if resource == GPU_MEMORY:
-        return f"{amount / MIB_PER_GIB:g} GiB"
-    return f"{amount} {resource}"
-
-
-def of_text(resource: str, used: int, limit: int) -> str:
-    """'120 of 160 GiB', '2 of 2 cards'."""
-    if resource == GPU_MEMORY:
-        return f"{used / MIB_PER_GIB:g} of {limit / MIB_PER_GIB:g} GiB"
-    return f"{used} of {limit} {resource}"
-
-
 @dataclass
 class Usage:
     """What each team holds, per scope of its quota in force (index as in the quota), and
@@ -160,9 +145,16 @@ class Usage:
         return used / share
 
 
+class QuotaWait(NoFit):
+    """A request that waits for its team's quota, not for free slices: no preemption and
+    no re-cut is made for it. Its code: "quota-limit", "quota-off-scope" or "quota-kept"."""
+
+    __slots__ = ()
+
+
 def refusal(
     team: str, entries: Sequence[Mapping[str, Any]], usage: Usage, pool: PoolView
-) -> str | None:
+) -> QuotaWait | None:
     """Why a placement of `entries` (slice dicts) would break the team's quota; None: it may
     take them. Checks the limits (nominal + borrowing) and, where it borrows, that no other
     team's kept capacity (nominal beyond its lending limit, unused) is taken."""
@@ -171,7 +163,8 @@ def refusal(
         return None
     for entry in entries:
         if not any(scope.selects(entry) for scope in scopes):
-            return f"team {team} has no quota on {entry.get('host')}'s {entry.get('model')} cards"
+            detail = {"team": team, "host": entry.get("host"), "model": entry.get("model")}
+            return QuotaWait("quota-off-scope", False, detail)
     over = _over_limit(team, entries, usage)
     if over is not None:
         return over
@@ -180,7 +173,7 @@ def refusal(
     return None
 
 
-def _over_limit(team: str, entries: Sequence[Mapping[str, Any]], usage: Usage) -> str | None:
+def _over_limit(team: str, entries: Sequence[Mapping[str, Any]], usage: Usage) -> QuotaWait | None:
     """Why taking `entries` would take the team above nominal + borrowing limit in a scope;
     None when it would not."""
     held = usage.of(team)
@@ -190,12 +183,19 @@ def _over_limit(team: str, entries: Sequence[Mapping[str, Any]], usage: Usage) -
             limit = scope.limit(resource)
             used = held[index].get(resource, 0)
             if amount and limit is not None and used + amount > limit:
-                where = "" if scope.key == (None, None, None) else f" on {scope.describe()}"
-                return f"team {team} at its limit ({of_text(resource, used, limit)}{where})"
+                where = None if scope.key == (None, None, None) else scope.describe()
+                detail = {
+                    "team": team,
+                    "resource": resource,
+                    "used": used,
+                    "limit": limit,
+                    "scope": where,
+                }
+                return QuotaWait("quota-limit", False, detail)
     return None
 
 
-def _blocked(team: str, request: JobRequest, pool: PoolView, usage: Usage) -> str | None:
+def _blocked(team: str, request: JobRequest, pool: PoolView, usage: Usage) -> QuotaWait | None:
     """The quota reason when the team could take no slice that could ever serve the request,
     free or not: each is on no scope of its quota, or on one already at its limit for what
     the slice counts. None when some slice is within its reach: then the request waits for
@@ -203,7 +203,7 @@ def _blocked(team: str, request: JobRequest, pool: PoolView, usage: Usage) -> st
     scopes = usage.scopes(team)
     if not scopes:
         return None
-    why: str | None = None
+    why: QuotaWait | None = None
     seen: set[tuple[int, str]] = set()
     for slot in pool.all_candidates(request):
         kind = (slot.shape.index, slot.site)  # what a slice counts for depends on no more
@@ -237,7 +237,7 @@ def borrows(team: str, entries: Sequence[Mapping[str, Any]], usage: Usage) -> bo
 
 def _kept_for_others(
     team: str, entries: Sequence[Mapping[str, Any]], usage: Usage, pool: PoolView
-) -> str | None:
+) -> QuotaWait | None:
     """A borrower may not take what another team keeps: for each scope with a lending limit,
     the free capacity it selects must stay at least its unused, unlendable nominal."""
     for other, scopes in usage.inputs.quotas.items():
@@ -258,10 +258,8 @@ def _kept_for_others(
                     slice_amounts(pool.slices[sid], scope).get(resource, 0) for sid in pool.free
                 )
                 if free - taking < kept:
-                    return (
-                        f"team {team} is at its nominal quota and the rest is kept for team "
-                        f"{other} ({amount_text(resource, kept)} it does not lend)"
-                    )
+                    detail = {"team": team, "other": other, "resource": resource, "kept": kept}
+                    return QuotaWait("quota-kept", False, detail)
     return None
 
 
@@ -368,11 +366,6 @@ def _newest_first(since: str | None) -> tuple[int, ...]:
     return tuple(-ord(c) for c in since or "")
 
 
-class QuotaWait(NoFit):
-    """A request that waits for its team's quota, not for free slices: no preemption and
-    no re-cut is made for it."""
-
-
 # Whether an elastic re-cut of some card that the predicate selects (it is given the card's
 # slice fields: host, site, vendor, model) could hold one slice of the request.
 RecutReach = Callable[[Callable[[Mapping[str, Any]], bool]], bool]
@@ -401,16 +394,13 @@ def place_for_team(
         and not _reachable(team, request, pool, scopes)
         and (recut_reach is None or not recut_reach(on_scopes))
     ):
-        return NoFit(
-            f"team {team} has no quota on any card that could hold {request.describe()}",
-            never=True,
-        )
+        return NoFit("team-no-quota", True, {"team": team, "want": request.describe()})
     first = place_any()
     if isinstance(first, NoFit):
         # No room now; but where the team is at its limit on every slice that could serve
         # the request it waits for its quota: no victims, no re-cut for it.
         blocked = None if first.never else _blocked(team, request, pool, usage)
-        return first if blocked is None else QuotaWait(blocked, never=False)
+        return first if blocked is None else blocked
     why = refusal(team, [pool.slices[s] for s in first.slices], usage, pool)
     if why is None:
         return first
@@ -429,8 +419,8 @@ def place_for_team(
     if isinstance(second, NoFit) and _blocked(team, request, pool, usage) is None:
         # It does not fit where its quota lets it go (what placement chose first was on no
         # scope of it): it waits for slices there, and reclaim or preemption may free them.
-        return NoFit(f"{second.reason} where team {team} has quota", never=False)
-    return QuotaWait(why, never=False)
+        return second.wrap("where-quota", never=False, team=team)
+    return why
 
 
 def _reachable(

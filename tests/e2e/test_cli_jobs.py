@@ -126,7 +126,8 @@ def test_high_priority_preempts_a_preemptible_low_job_which_is_requeued(jobs_cli
 def test_impossible_and_malformed_requests(jobs_cli) -> None:
     never = jobs_cli("-q", "submit", "--gpus", "100", "--same-node", "--", "true")
     assert never.code == 5 and "never" in never.stderr and "Traceback" not in never.stderr
-    assert jobs_cli("-q", "submit", "--mem", "4TB", "--dry-run", "--", "true").code == 5
+    huge = jobs_cli("-q", "-o", "json", "submit", "--mem", "4TB", "--dry-run", "--", "true")
+    assert huge.code == 5 and huge.json()["code"] == "no-match", huge.stdout
     assert jobs_json(jobs_cli) == {}
     for args in (
         ["--priority", "urgent", "--", "true"],

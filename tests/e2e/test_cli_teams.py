@@ -109,6 +109,7 @@ def test_night_training_is_reclaimed_for_serving_in_the_morning(shared_cli) -> N
     waiting = {e["job"]: e["reason"] for e in events if e["event"] == "waiting"}
     assert set(waiting) == set(requeued)
     assert all(r == "team train at its limit (6 of 2 cards)" for r in waiting.values()), waiting
+    assert {e["code"] for e in events if e["event"] == "waiting"} == {"quota-limit"}, events
     dry = submit(shared_cli, policy, MORNING, BOB, "--dry-run")
     assert dry.code == 0, dry.stderr
     assert "team train at its limit (6 of 2 cards)" in dry.stdout + dry.stderr, dry

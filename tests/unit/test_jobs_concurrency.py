@@ -157,6 +157,7 @@ def test_two_passes_preempt_at_most_one_set_of_victims_for_one_queued_job(
     assert preempt_marks(setup, boss) == [victim]  # and marked nothing
     assert [e["event"] for e in during.events if e.get("job") == boss] == ["waiting"]
     assert "preempted for it" in str(during.events[-1]["reason"])
+    assert during.events[-1]["code"] == "victims-stopping"
     survivor = on_n1 if victim == on_n2 else on_n2
     assert state_of(setup, str(survivor))["state"] == "running"
     assert state_of(setup, victim)["state"] == "cancelled"

@@ -227,7 +227,7 @@ def test_a_pass_limited_to_some_hosts_never_fails_a_job_other_hosts_could_hold(t
     events = scheduling.schedule(only_n1).events
     # ...and must leave the job waiting, not fail it for good.
     assert [e["event"] for e in events] == ["waiting"]
-    assert "-l" in events[0]["reason"]
+    assert "-l" in events[0]["reason"] and events[0]["code"] == "hosts-limited"
     assert state_of(everyone, str(queued.job_id))["state"] == "queued"
     # What no host of the pool could ever hold is still refused by a limited pass.
     with ledger.transaction() as tx:
@@ -244,6 +244,7 @@ def test_a_pass_limited_to_some_hosts_never_fails_a_job_other_hosts_could_hold(t
         )
     events = scheduling.schedule(only_n1).events
     assert any(e["event"] == "refused" and e["job"] == "j-x" for e in events)
+    assert {e["code"] for e in events if e["event"] == "refused"} == {"no-match"}
     assert state_of(everyone, "j-x")["state"] == "failed"
     # submit asks the same question (sched.modes.never_fits, on the whole pool): limited
     # to n1, an L40S job is queued for a pass that sees n2, not refused as never fitting...

@@ -102,9 +102,9 @@ def test_the_holds_of_the_cheapest_cards_are_reclaimed_for_a_merge():
     assert victims == ["s-1-0", "s-2-0", "s-2-1"]  # gpu1 (1 hold) and gpu2 (2)
 
 
-def test_emptied_cards_are_kept_from_borrowers_and_merged_for_the_waiting_work():
-    slices = cut_node()
-    # gpu1 and gpu2 emptied, gpu0 full as well: their slices are the only free ones.
+def emptied_holds(slices: list[dict[str, Any]]) -> list[Holder]:
+    """The serving team's holds with gpu1 and gpu2 emptied and gpu0 full as well: the two
+    emptied cards' slices are the only free ones."""
     holds = [h for h in serving_holds(slices) if not h.job.startswith(("s-1-", "s-2-"))]
     holds += [
         Holder(alloc=f"b-{n}", slices=(s["id"],), job=f"s-0-x{n}", priority=50, team="serve",
@@ -112,6 +112,12 @@ def test_emptied_cards_are_kept_from_borrowers_and_merged_for_the_waiting_work()
         for n, s in enumerate(x for x in slices if x["gpu"] == 0)
         if n >= HELD[0]
     ]  # fmt: skip
+    return holds
+
+
+def test_emptied_cards_are_kept_from_borrowers_and_merged_for_the_waiting_work():
+    slices = cut_node()
+    holds = emptied_holds(slices)
     inputs = elastic(slices, idle_since=T0 - timedelta(minutes=1))  # emptied a minute ago
     queue = [TRAIN, SMALL]
     result = schedule_pass(queue, PoolView(slices, holds), T0, preempt=True, shares=shares(),
