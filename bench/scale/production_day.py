@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-for folder in (ROOT, ROOT / "bench" / "utilization", ROOT / "bench" / "scale"):
+for folder in (ROOT, ROOT / "bench" / "utilization"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
