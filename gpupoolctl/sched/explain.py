@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from gpupoolctl.hw.units import gib_text
 from gpupoolctl.policy.model import GPU_MEMORY
 from gpupoolctl.sched.request import JobRequest
 
-if TYPE_CHECKING:
-    from gpupoolctl.sched.place import NoFit
+
+class NoFit(Protocol):
+    """What the renderer reads of a no-fit reason (sched.place.NoFit): named here rather
+    than imported, as place.py imports this module."""
+
+    @property
+    def code(self) -> str: ...
+    @property
+    def detail(self) -> Mapping[str, Any]: ...
+    @property
+    def inner(self) -> NoFit | None: ...
+
 
 MIB_PER_GIB = 1024
 
