@@ -368,8 +368,9 @@ def prometheus(
     """
     import time
 
-    from gpupoolctl.export.prometheus import pool_families, render, stress_families
+    from gpupoolctl.export.prometheus import pool_families, render
     from gpupoolctl.ledger.units import parse_ts
+    from gpupoolctl.stress.prometheus import stress_families
     from gpupoolctl.stress.result import load
 
     settings: Settings = ctx.obj

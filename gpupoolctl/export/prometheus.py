@@ -3,9 +3,8 @@ textfile collector (or any scraper of a .prom file).
 
 Pool metrics come from the ledger alone (no node is contacted): slices by host, kind,
 profile and state, their memory, allocations held, jobs by state, queue entries, the
-ledger's record count and problems, and when it was read. Stress metrics come from saved
-runs (`gpupoolctl-stress/1` files): per level throughput, queue wait p95 and failure ratio,
-and the knees, each labelled with the run's scenario.
+ledger's record count and problems, and when it was read. Stress metrics from saved runs
+are stress/prometheus.py's, written with this module's Family.
 
 Names follow Prometheus' conventions: a `gpupoolctl_` prefix, base units (seconds, bytes,
 ratios), `_total` only on counters. A value that was not measured is left out, never
@@ -14,11 +13,10 @@ written as 0 (0 would claim a measurement).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +25,6 @@ from gpupoolctl.errors import UsageError
 
 if TYPE_CHECKING:
     from gpupoolctl.ledger.state import State
-    from gpupoolctl.stress.model import RunResult
 
 TEXTFILE_NAME = "gpupoolctl.prom"
 TEXTFILE_MODE = 0o644  # node_exporter runs as its own user and must read it
@@ -223,79 +220,6 @@ def _single(name: str, help_text: str, value: float, kind: str = "gauge") -> Fam
     family = Family(name, kind, help_text)
     family.add(value)
     return family
-
-
-# -- stress metrics from saved runs --------------------------------------------------------
-
-
-def scenario_name(result: RunResult, source: str) -> str:
-    """The run's scenario name, or the file's stem when the run has none."""
-    name = result.scenario.get("name") if isinstance(result.scenario, dict) else None
-    return str(name) if name else Path(source).stem
-
-
-def level_text(level: float) -> str:
-    """A level as a label value: 8 for 8.0, the exact float otherwise (distinct levels
-    never share a label)."""
-    return str(int(level)) if float(level).is_integer() else repr(float(level))
-
-
-def stress_families(runs: Sequence[tuple[str, RunResult]]) -> list[Family]:
-    """Metrics of saved runs, given as (file name, result). Two runs of the same scenario
-    would give the same series twice: that is a usage error naming both files."""
-    from gpupoolctl.ledger.units import parse_ts
-
-    throughput = Family(
-        "gpupoolctl_stress_throughput_jobs_per_second",
-        "gauge",
-        "Jobs ended ok per second of a level's steady window.",
-    )
-    wait = Family(
-        "gpupoolctl_stress_queue_wait_p95_seconds",
-        "gauge",
-        "95th percentile of queue wait (submit to start on the node) at a level.",
-    )
-    failures = Family(
-        "gpupoolctl_stress_failure_ratio",
-        "gauge",
-        "Failed jobs over ended jobs at a level (0 to 1); absent where no job ended.",
-    )
-    knees = Family(
-        "gpupoolctl_stress_knee_level",
-        "gauge",
-        "Knee points by method: kneedle (diminishing returns of throughput), usl (capacity "
-        "peak N* of the Universal Scalability Law fit), latency (queue wait p95 leaves its "
-        "low-load baseline). Absent when the run found none.",
-    )
-    created = Family(
-        "gpupoolctl_stress_run_timestamp_seconds",
-        "gauge",
-        "When the run was made, in seconds since the epoch.",
-    )
-    sources: dict[str, str] = {}
-    for source, result in runs:
-        scenario = scenario_name(result, source)
-        if scenario in sources:
-            raise UsageError(
-                f"--stress: {sources[scenario]} and {source} are both runs of scenario "
-                f"{scenario!r}; give one run per scenario"
-            )
-        sources[scenario] = source
-        for level in result.levels:
-            labels = {"scenario": scenario, "level": level_text(level.level)}
-            throughput.add(level.throughput, **labels)
-            if level.measured_failure_rate is not None:
-                failures.add(level.measured_failure_rate, **labels)
-            if level.queue_wait.p95 is not None:
-                wait.add(level.queue_wait.p95, **labels)
-        if result.knees is not None:
-            for point in (result.knees.kneedle, result.knees.usl, result.knees.latency):
-                if point.level is not None and math.isfinite(point.level):
-                    knees.add(point.level, scenario=scenario, method=point.method)
-        # A run without a readable time still has its levels.
-        with contextlib.suppress(UsageError):
-            created.add(parse_ts(result.created).timestamp(), scenario=scenario)
-    return [throughput, wait, failures, knees, created]
 
 
 # -- the textfile --------------------------------------------------------------------------

@@ -7,12 +7,13 @@ plan.agent_args(force=False)  # hw.ops.PartitionRequestArgs for the agent's part
 assert_host(spec, "inference", host.name, host.groups, facts)  # [] when the label holds
 """
 
+from gpupoolctl.hw.mig_names import parse_profile_name
 from gpupoolctl.partition import planner
 from gpupoolctl.partition.check import assert_host, selected_gpus
 from gpupoolctl.partition.diff import GpuDiff, HostPlan, plan_host, reset_plan
 from gpupoolctl.partition.export import export_config
 from gpupoolctl.partition.layout import PlanError
-from gpupoolctl.partition.profiles import parse_profile_name, profile_rows
+from gpupoolctl.partition.profiles import profile_rows
 from gpupoolctl.partition.spec import MigDevice, Spec, SpecEntry, load_spec, parse_spec
 
 __all__ = [

@@ -44,8 +44,8 @@ import yaml
 
 from gpupoolctl.errors import SourceError, UsageError
 from gpupoolctl.hw.amd_modes import COMPUTE_MODE_NAMES, MEMORY_MODE_NAMES
+from gpupoolctl.hw.mig_names import ProfileName, parse_profile_name
 from gpupoolctl.hw.shown import shown
-from gpupoolctl.partition.profiles import ProfileName, parse_profile_name
 from gpupoolctl.yamlsource import YamlSource
 
 ENTRY_KEYS: tuple[str, ...] = (

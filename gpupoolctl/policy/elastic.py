@@ -23,8 +23,8 @@ import re
 import yaml
 
 from gpupoolctl.hw.amd_modes import COMPUTE_MODE_NAMES, MEMORY_MODE_NAMES
+from gpupoolctl.hw.mig_names import parse_profile_name
 from gpupoolctl.hw.shown import shown
-from gpupoolctl.partition.profiles import parse_profile_name
 from gpupoolctl.policy import known
 from gpupoolctl.policy.model import ElasticPolicy, ElasticRule
 from gpupoolctl.policy.sections import section_keys

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 from gpupoolctl.errors import NothingFits
 
 # sched's public names, not its modules: those are being reworked behind them.
-from gpupoolctl.sched import ALLOC_POLICY, JobRequest, NoFit, Placement, PoolView, place
+from gpupoolctl.sched import ALLOC_POLICY, JobRequest, NoFit, Placement, PoolView, explain, place
 from gpupoolctl.sched.ids import natural
 from gpupoolctl.sched.names import check_names
+from gpupoolctl.sched.place import not_free
 from gpupoolctl.sched.request import host_matches
 from gpupoolctl.sched.shares import QuotaWait, Usage, place_for_team
 
@@ -78,7 +79,7 @@ def pick(
         quota = inputs is not None and (
             isinstance(result, QuotaWait) or result.never or found >= request.gpus
         )
-        raise NothingFits(_why(pool, request, found, result.reason if quota else None))
+        raise NothingFits(_why(pool, request, result.reason if quota else None))
     return [state.slices[s] for s in result.slices]
 
 
@@ -107,7 +108,7 @@ def choose(
     return chosen
 
 
-def _why(pool: PoolView, request: JobRequest, found: int, quota: str | None) -> str:
+def _why(pool: PoolView, request: JobRequest, quota: str | None) -> str:
     if not pool.slices:
         return "nothing fits: the ledger knows no slices yet (run `gpupoolctl pool` first)"
     if quota is not None:
@@ -120,6 +121,7 @@ def _why(pool: PoolView, request: JobRequest, found: int, quota: str | None) -> 
     )
     free = ", ".join(f"{n} x {p}" for p, n in sorted(shape.items())) or "none"
     where = f" on {request.host}" if request.host is not None else ""
-    return (
-        f"nothing fits {describe(request)}: {found} matching slice(s) free; free now{where}: {free}"
-    )
+    # Which of the matching slices are not free, and why (held, drained, on a lost node...).
+    free_now, taken = not_free(request, pool)
+    matching = explain.counted(free_now, free_now + sum(n for _, n in taken), taken)
+    return f"nothing fits {describe(request)}: {matching}; free now{where}: {free}"

@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from gpupoolctl.hw.units import gib_text
 from gpupoolctl.policy.model import GPU_MEMORY
 from gpupoolctl.sched.request import JobRequest
 
-if TYPE_CHECKING:
-    from gpupoolctl.sched.place import NoFit
+
+class NoFit(Protocol):
+    """What the renderer reads of a no-fit reason (sched.place.NoFit): named here rather
+    than imported, as place.py imports this module."""
+
+    @property
+    def code(self) -> str: ...
+    @property
+    def detail(self) -> Mapping[str, Any]: ...
+    @property
+    def inner(self) -> NoFit | None: ...
+
 
 MIB_PER_GIB = 1024
 
@@ -140,12 +150,13 @@ def _group_too_small(d: Mapping[str, Any], inner: str) -> str:  # want, level, g
     )
 
 
-def _counted(free: int, total: int, taken: Sequence[tuple[str, int]]) -> str:
+def counted(free: int, total: int, taken: Sequence[tuple[str, int]]) -> str:
+    """ "2 matching slice(s) free of 8: 4 held, 2 drained" (no-fit reasons, alloc's refusal)."""
     return f"{free} matching slice(s) free of {total}" + not_free(taken)
 
 
 def _nothing_free(d: Mapping[str, Any], inner: str) -> str:  # want, free, total, taken
-    return f"nothing fits {d['want']} now: " + _counted(d["free"], d["total"], d["taken"])
+    return f"nothing fits {d['want']} now: " + counted(d["free"], d["total"], d["taken"])
 
 
 def _no_group_free(d: Mapping[str, Any], inner: str) -> str:
@@ -154,7 +165,7 @@ def _no_group_free(d: Mapping[str, Any], inner: str) -> str:
         f" on {d['group']}" if d["most"] else ""
     )
     if d["taken"]:
-        now += "; " + _counted(d["free"], d["total"], d["taken"])
+        now += "; " + counted(d["free"], d["total"], d["taken"])
     return f"nothing fits {d['want']} now: {now}"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpupoolctl.hw import catalog
-from gpupoolctl.partition.profiles import parse_profile_name
+from gpupoolctl.hw.mig_names import parse_profile_name
 
 
 @pytest.mark.parametrize(

@@ -22,15 +22,14 @@ from gpupoolctl.export.prometheus import (
     TEXTFILE_NAME,
     Family,
     format_value,
-    level_text,
     pool_families,
     render,
-    stress_families,
     write_textfile,
 )
 from gpupoolctl.ledger.state import State
 from gpupoolctl.stress.histogram import distribution
 from gpupoolctl.stress.model import KneePoint, Knees, LevelResult, RunResult
+from gpupoolctl.stress.prometheus import level_text, stress_families
 
 parser = pytest.importorskip(
     "prometheus_client.parser", reason="prometheus-client is in the test extra"

@@ -319,3 +319,28 @@ def test_a_card_kept_for_a_recut_says_when_min_idle_lets_it_be_cut() -> None:
     ((_, nofit),) = result.waiting
     # The card idle longest (87 s) may be cut 213 s from now.
     assert nofit.reason.endswith("8 kept to be cut in 3m33s (min-idle)"), nofit.reason
+
+
+def test_alloc_says_which_of_the_matching_slices_are_out_and_why() -> None:
+    """alloc's refusal counts what is held, drained and lost, as a waiting job's reason
+    does; it said only '0 matching slice(s) free'."""
+    from gpupoolctl.sched.alloc import pick
+
+    state = replay(
+        (
+            "slices",
+            {
+                "hosts": ["h1", "h2"],
+                "slices": [whole("h1", 0), whole("h1", 1), whole("h2", 0)],
+            },
+        ),
+        ("alloc", {"id": "a-2", "owner": "ann", "slices": ["h1/gpu0"]}),
+        drained("h1/gpu1", "admin"),
+        ("host", {"host": "h2", "state": "lost", "since": TS}),
+    )
+    with pytest.raises(NothingFits) as refused:
+        pick(state, JobRequest(profile="gpu"), TS)
+    assert str(refused.value) == (
+        "nothing fits profile=gpu: 0 matching slice(s) free of 3: 1 held, 1 on a lost node, "
+        "1 drained; free now: none"
+    )
