@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", type=Path, help="write the ledger here and keep it")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--progress", action="store_true", help="a line each virtual hour")
     args = parser.parse_args(argv)
 
     scale = _scale_run()
@@ -209,6 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         refresh(jobs)
         tick_s.append(time.perf_counter() - tick)
         ticks += 1
+        if args.progress and seconds % 3600 < args.pass_interval:  # once a virtual hour
+            queued = len(ledger.read().state.queue)
+            print(f"  {seconds / 3600:4.0f} h: {queued} queued, last tick"
+                  f" {tick_s[-1] * 1e3:.0f} ms, wall {time.perf_counter() - began:.0f} s",
+                  file=sys.stderr, flush=True)  # fmt: skip
         clock.at += timedelta(seconds=args.pass_interval)
     wall = time.perf_counter() - began
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
