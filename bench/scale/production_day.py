@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -129,12 +129,60 @@ def record_arrivals(jobs: Jobs, arrived: Sequence[jobtrace.Job], request_of: Any
 
     def build(tx: Any) -> None:
         for job in arrived:
-            spec = JobSpec(argv=["sleep", f"{job.duration:.0f}"], request=request_of(job))
+            # repr: the exact float back (a replay of the same day ends the job at the same time)
+            spec = JobSpec(argv=["sleep", repr(job.duration)], request=request_of(job))
             record = {"id": f"j-{tx.next_seq}", "owner": jobs.owner, "run": 0, **spec.record()}
             tx.append("job", {**record, "state": "queued"})
             jobs.enqueue(tx, record)
 
     jobs.ledger.write(build)
+
+
+def virtual_pool(ledger: Ledger, hosts: Sequence[str], clock: Clock) -> Jobs:
+    """Production's jobs library on `ledger`, its nodes virtual, its clock `clock`'s."""
+    targets = [target_from_vars(h, {"transport": "local"}) for h in hosts]
+    return Jobs(ledger, Nodes(targets, VirtualNodes(clock)), owner="bench", clock=clock.epoch)
+
+
+def run_day(
+    jobs: Jobs,
+    clock: Clock,
+    trace: Sequence[jobtrace.Job],
+    request_of: Callable[[jobtrace.Job], Any],
+    pass_interval: float = 60.0,
+    until: float | None = None,
+    tick: Callable[[float, float], None] | None = None,
+) -> dict[str, jobtrace.Job]:
+    """Production's loop over the day, from the clock's time on: every `pass_interval`
+    virtual seconds, the jobs that arrived since are recorded (record_arrivals), then
+    `refresh` runs; `tick(virtual seconds, wall seconds the tick took)` after each. Stops at
+    `until` (virtual seconds), or without it once every job has arrived and left the
+    ledger's live state. Returns job id -> the trace's job."""
+    traced: dict[str, jobtrace.Job] = {}
+    pending = sorted(trace, key=lambda j: j.arrival)
+    next_job = 0
+    while True:
+        seconds = (clock.at - T0).total_seconds()
+        if until is not None and seconds >= until:
+            break
+        if until is None and next_job == len(pending) and not jobs.ledger.read().state.jobs:
+            break
+        arrived = []
+        while next_job < len(pending) and pending[next_job].arrival <= seconds:
+            arrived.append(pending[next_job])
+            next_job += 1
+        began = time.perf_counter()
+        if arrived:
+            known = set(jobs.ledger.read().state.jobs)
+            record_arrivals(jobs, arrived, request_of)
+            # Ids follow the records' order: j-<seq of the job's first record>.
+            new = sorted(set(jobs.ledger.read().state.jobs) - known, key=lambda k: int(k[2:]))
+            traced.update(zip(new, arrived, strict=True))
+        refresh(jobs)
+        if tick is not None:
+            tick(seconds, time.perf_counter() - began)
+        clock.at += timedelta(seconds=pass_interval)
+    return traced
 
 
 def inventory(hosts: Sequence[str], path: Path) -> None:
@@ -191,31 +239,21 @@ def main(argv: list[str] | None = None) -> int:
     clock = Clock(T0)
     ledger = Ledger(folder / "ledger.jsonl", durable=False, clock=clock.now)
     ledger.refresh_slices(hosts, slices)
-    nodes = VirtualNodes(clock)
-    targets = [target_from_vars(h, {"transport": "local"}) for h in hosts]
-    jobs = Jobs(ledger, Nodes(targets, nodes), owner="bench", clock=clock.epoch)
+    jobs = virtual_pool(ledger, hosts, clock)
 
     began = time.perf_counter()
-    ticks, next_job, tick_s = 0, 0, []
-    end = args.hours * 3600
-    while clock.at < T0 + timedelta(seconds=end):
-        seconds = (clock.at - T0).total_seconds()
-        arrived = []
-        while next_job < len(trace) and trace[next_job].arrival <= seconds:
-            arrived.append(trace[next_job])
-            next_job += 1
-        tick = time.perf_counter()
-        if arrived:
-            record_arrivals(jobs, arrived, scale.request_of)
-        refresh(jobs)
-        tick_s.append(time.perf_counter() - tick)
-        ticks += 1
+    tick_s: list[float] = []
+
+    def progress(seconds: float, took: float) -> None:
+        tick_s.append(took)
         if args.progress and seconds % 3600 < args.pass_interval:  # once a virtual hour
             queued = len(ledger.read().state.queue)
-            print(f"  {seconds / 3600:4.0f} h: {queued} queued, last tick"
-                  f" {tick_s[-1] * 1e3:.0f} ms, wall {time.perf_counter() - began:.0f} s",
-                  file=sys.stderr, flush=True)  # fmt: skip
-        clock.at += timedelta(seconds=args.pass_interval)
+            wall_s = time.perf_counter() - began
+            line = f"{seconds / 3600:4.0f} h: {queued} queued, last tick {took * 1e3:.0f} ms"
+            print(f"  {line}, wall {wall_s:.0f} s", file=sys.stderr, flush=True)
+
+    run_day(jobs, clock, trace, scale.request_of, args.pass_interval, args.hours * 3600, progress)
+    ticks = len(tick_s)
     wall = time.perf_counter() - began
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
