@@ -22,8 +22,19 @@ from gpupoolctl.cli.handles import open_jobs, open_ledger
 from gpupoolctl.cli.render import Column, emit
 from gpupoolctl.cli.settings import MEM_HELP, OutputFormat, Settings
 from gpupoolctl.errors import ExitCode, GpupoolError, UsageError
+from gpupoolctl.jobs.events import (
+    Event,
+    NodeLost,
+    NodeReturned,
+    Preempted,
+    Reshaped,
+    StaleRunKilled,
+    WouldRecut,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from gpupoolctl.jobs import Jobs
     from gpupoolctl.ledger import Ledger
 
@@ -342,8 +353,8 @@ def submit(
 
     record = find(jobs, job_id)
     for event in outcome.events:
-        if event.get("event") == "preempted" and event.get("job") == job_id:
-            victims = ", ".join(event.get("victims") or [])
+        if isinstance(event, Preempted) and event.job == job_id:
+            victims = ", ".join(event.victims)
             notice(f"{job_id}: preempted {victims} to make room", quiet=settings.quiet)
     if wait:
         for message in jobs.warnings:
@@ -353,7 +364,8 @@ def submit(
         notice(f"{job_id}: {_state_line(outcome, record)}", quiet=settings.quiet)
         code = _follow(settings, jobs, job_id)
         raise typer.Exit(code)
-    data = {**_rows([record])[0], "placement": record.get("placement"), "events": outcome.events}
+    events = [e.to_dict() for e in outcome.events]
+    data = {**_rows([record])[0], "placement": record.get("placement"), "events": events}
     failed = outcome.state == "failed"
     if settings.resolved_output() is OutputFormat.table:
         print(job_id)  # alone on stdout: JOB=$(gpupoolctl submit ...)
@@ -664,8 +676,7 @@ def schedule(
         from gpupoolctl.jobs.dryrun import dry_pass
 
         jobs = open_jobs(settings)
-        events = dry_pass(jobs)
-        emit(settings, data=events, rows=_event_rows(events), columns=SCHEDULE_COLUMNS)
+        _emit_events(settings, dry_pass(jobs))
         _finish(settings, jobs)
         return
     if watch is None:
@@ -709,41 +720,52 @@ def _interval(text: str) -> float:
 SCHEDULE_COLUMNS = (Column("event", "EVENT"), Column("job", "JOB"), Column("detail", "DETAIL"))
 
 
-def _event_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _event_rows(events: Sequence[Event]) -> list[dict[str, Any]]:
+    """The loop's events as rows of EVENT, JOB and DETAIL (each row also holds the event's
+    JSON fields, for CSV)."""
     rows = []
     for event in events:
-        detail = event.get("reason") or event.get("error")
-        if event.get("event") in ("reshaped", "reshape-failed", "would-re-cut"):
-            detail = f"{event['gpu']}: {event['before']} -> {event['after']}" + (
-                f": {event['error']}" if event.get("error") else ""
-            )
-            event = {**event, "job": ",".join(event.get("jobs") or [])}
-        elif event.get("event") == "node-lost":
-            last = event.get("answered") or f"{event['since']} or earlier"
-            detail = f"{event['host']}: no answer since {last}; jobs ended or requeued"
-            event = {**event, "job": ",".join(event.get("jobs") or [])}
-        elif event.get("event") == "node-returned":
-            lifted = "its drain lifted" if event.get("undrained") else "still drained"
-            detail = f"{event['host']} answers again, stale runs killed; {lifted}"
-        elif event.get("event") == "stale-run-killed":
-            detail = f"{event['host']}: run {event['run']} of a job that moved on, killed"
-        rows.append({**event, "victims": event.get("victims"), "detail": detail})
+        row = event.to_dict()
+        detail = row.get("reason") or row.get("error")
+        match event:
+            case Reshaped(gpu=gpu, before=before, after=after, error=failed, jobs=held):
+                detail = f"{gpu}: {before} -> {after}" + (f": {failed}" if failed else "")
+                row["job"] = ",".join(held)
+            case WouldRecut(gpu=gpu, before=before, after=after):
+                detail = f"{gpu}: {before} -> {after}"
+                row["job"] = ""  # as it always showed: its jobs are in -o json only
+            case NodeLost(host=host, since=since, answered=answered, jobs=held):
+                last = answered or f"{since} or earlier"
+                detail = f"{host}: no answer since {last}; jobs ended or requeued"
+                row["job"] = ",".join(held)
+            case NodeReturned(host=host, undrained=undrained):
+                lifted = "its drain lifted" if undrained else "still drained"
+                detail = f"{host} answers again, stale runs killed; {lifted}"
+            case StaleRunKilled(host=host, run=run):
+                detail = f"{host}: run {run} of a job that moved on, killed"
+        rows.append({**row, "victims": row.get("victims"), "detail": detail})
     return rows
+
+
+def _emit_events(settings: Settings, events: Sequence[Event]) -> None:
+    """A pass's events: their dicts (JSON, YAML) or their rows (table, CSV)."""
+    data = [e.to_dict() for e in events]
+    emit(settings, data=data, rows=_event_rows(events), columns=SCHEDULE_COLUMNS)
 
 
 def _one_pass(settings: Settings, jobs: Jobs) -> None:
     from gpupoolctl.jobs.refreshing import refresh
 
-    events = refresh(jobs).events
-    emit(settings, data=events, rows=_event_rows(events), columns=SCHEDULE_COLUMNS)
+    _emit_events(settings, refresh(jobs).events)
 
 
-def _render_round(settings: Settings, stamp: str, events: list[dict[str, Any]]) -> None:
+def _render_round(settings: Settings, stamp: str, events: Sequence[Event]) -> None:
     """One round of `schedule --watch`: a JSON document per line, or a line per event."""
     if settings.resolved_output() is OutputFormat.json:
         import json
 
-        print(json.dumps({"at": stamp, "events": events}), flush=True)
+        data = [e.to_dict() for e in events]
+        print(json.dumps({"at": stamp, "events": data}), flush=True)
         return
     for row in _event_rows(events):
         if row.get("event") == "waiting" and settings.verbosity <= 0:

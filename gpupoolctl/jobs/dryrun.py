@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from gpupoolctl.jobs import scheduling
+from gpupoolctl.jobs.events import Event, Refused, Waiting, WouldPreempt, WouldRecut, WouldStart
 from gpupoolctl.jobs.service import JobsCore
 
 
-def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
+def dry_pass(jobs: JobsCore, view: Any = None) -> list[Event]:
     """What a scheduling pass would decide now (sched.schedule_pass, as `schedule` runs it,
     preemption and elastic re-cuts included), on the ledger as it is and a view that is
     thrown away: one event per decision, in the pass's order. Writes nothing and asks no
@@ -21,45 +22,24 @@ def dry_pass(jobs: JobsCore, view: Any = None) -> list[dict[str, Any]]:
     if not snap.queue:
         return []
     result = run_pass(snap, preempt=True, foresee=True)
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     for entry, placement in result.placed:
-        events.append(
-            {
-                "event": "would-start",
-                "job": entry.job,
-                "slices": list(placement.slices),
-                "reason": f"fits now on {', '.join(placement.slices)}",
-            }
-        )
+        fits = f"fits now on {', '.join(placement.slices)}"
+        events.append(WouldStart(entry.job, tuple(placement.slices), fits))
     if result.preempt is not None:
         entry, victims = result.preempt
-        events.append(
-            {
-                "event": "would-preempt",
-                "job": entry.job,
-                "victims": victims,
-                "reclaim": result.reclaim,
-                "reason": f"would stop {', '.join(victims)} to make room"
-                + (f" (reclaim for team {entry.request.team})" if result.reclaim else ""),
-            }
+        why = f"would stop {', '.join(victims)} to make room" + (
+            f" (reclaim for team {entry.request.team})" if result.reclaim else ""
         )
+        events.append(WouldPreempt(entry.job, tuple(victims), result.reclaim, why))
     for recut in result.recuts:
-        events.append(
-            {
-                "event": "would-re-cut",
-                "job": ",".join(recut.jobs),
-                "gpu": recut.card.key,
-                "before": recut.before,
-                "after": recut.after,
-                "reason": f"would {recut.describe()}: {recut.reason}",
-            }
-        )
+        why = f"would {recut.describe()}: {recut.reason}"
+        job = ",".join(recut.jobs)
+        events.append(WouldRecut(job, recut.card.key, recut.before, recut.after, why))
     for entry, nofit in result.waiting:
         events.append(scheduling.waiting_event(result, entry, nofit, snap.now))
     for entry, nofit in result.never:
-        events.append(
-            {"event": "would-refuse", "job": entry.job, "reason": nofit.reason, "code": nofit.code}
-        )
+        events.append(Refused(entry.job, nofit.reason, nofit.code, kind="would-refuse"))
     return events
 
 
@@ -68,11 +48,11 @@ def waiting_reasons(jobs: JobsCore, view: Any = None) -> dict[str, str]:
     fit and why, the re-cut it waits for, or that it fits and waits its turn."""
     reasons: dict[str, str] = {}
     for event in dry_pass(jobs, view):
-        job = str(event["job"])
-        if event["event"] == "would-start":
-            reasons[job] = "fits now: the next schedule pass starts it"
-        elif event["event"] in ("waiting", "would-refuse"):
-            reasons[job] = str(event["reason"])
-        elif event["event"] == "would-preempt":
-            reasons[job] = f"the next schedule pass {event['reason'].removeprefix('would ')}"
+        match event:
+            case WouldStart(job=job):
+                reasons[str(job)] = "fits now: the next schedule pass starts it"
+            case Waiting(job=job, reason=reason) | Refused(job=job, reason=reason):
+                reasons[str(job)] = reason
+            case WouldPreempt(job=job, reason=reason):
+                reasons[str(job)] = f"the next schedule pass {reason.removeprefix('would ')}"
     return reasons

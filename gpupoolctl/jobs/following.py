@@ -11,6 +11,8 @@ from typing import Any
 from gpupoolctl.errors import ExitCode
 from gpupoolctl.jobs import reaping
 from gpupoolctl.jobs.errors import JobError
+from gpupoolctl.jobs.events import Event, reasons_for
+from gpupoolctl.jobs.events import Waiting as PassWaiting
 from gpupoolctl.jobs.logs import both_streams
 from gpupoolctl.jobs.refreshing import refresh
 from gpupoolctl.jobs.service import JobsCore, find
@@ -51,16 +53,14 @@ class Ended:
     exit_code: int
 
 
-def _waiting(job_id: str, state: str, events: list[dict[str, Any]]) -> Waiting:
+def _waiting(job_id: str, state: str, events: list[Event]) -> Waiting:
     """Why the job still waits, as the pass that just ran said it. A re-cut it waits for is
     the same wait however much of the time is left (the reason counts down)."""
     if state == "pending":
         return Waiting(state, "being launched", "being launched")
-    for event in events:
-        if event.get("job") == job_id and event.get("reason"):
-            recut = event.get("recut")
-            key = tuple(sorted(recut.items())) if recut else event["reason"]
-            return Waiting(state, str(event["reason"]), key)
+    for event in reasons_for(events, job_id):
+        recut = event.recut if isinstance(event, PassWaiting) else None
+        return Waiting(state, str(event.reason), recut or event.reason)
     reason = "waiting in the queue behind earlier or higher-priority jobs"
     return Waiting(state, reason, reason)
 

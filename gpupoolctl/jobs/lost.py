@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpupoolctl.jobs import restarts
+from gpupoolctl.jobs.events import Event, NodeLost, NodeReturned, StaleRunKilled
 from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.jobs.service import KILL_WAIT_S, JobsCore
 from gpupoolctl.ledger import State, Transaction
@@ -62,7 +63,7 @@ def health_of(jobs: JobsCore) -> HealthPolicy:
     return jobs.policy.health if jobs.policy is not None else HealthPolicy()
 
 
-def observe(jobs: JobsCore, answers: dict[str, Any], state: State) -> list[dict[str, Any]]:
+def observe(jobs: JobsCore, answers: dict[str, Any], state: State) -> list[Event]:
     """Record what this pass's poll says about hosts; declare the ones silent too long lost;
     kill fenced runs on hosts that answer; return lost hosts that answer with nothing
     fenced. `state` is the ledger as the poll's caller read it: when it shows nothing to do
@@ -77,17 +78,17 @@ def observe(jobs: JobsCore, answers: dict[str, Any], state: State) -> list[dict[
     if health.quiet(state, beats, policy, now):
         return []  # the usual pass: everyone answered, nothing to record (no lock taken)
 
-    def record(tx: Transaction) -> list[dict[str, Any]]:
+    def record(tx: Transaction) -> list[Event]:
         decisions = health.observe(tx.state, beats, policy, tx.now)
         return [e for d in decisions if (e := apply(jobs, tx, d)) is not None]
 
     done = jobs.ledger.write(record)
     jobs.warnings.extend(done.warnings)
-    events: list[dict[str, Any]] = list(done.value)
+    events: list[Event] = list(done.value)
     events.extend(_kill_fenced(jobs, beats))
     if set(beats.answered) & set(jobs.read().state.lost):
 
-        def returned(tx: Transaction) -> list[dict[str, Any]]:
+        def returned(tx: Transaction) -> list[Event]:
             decisions = health.returns(tx.state, beats, policy)
             return [e for d in decisions if (e := apply(jobs, tx, d)) is not None]
 
@@ -97,7 +98,7 @@ def observe(jobs: JobsCore, answers: dict[str, Any], state: State) -> list[dict[
     return events
 
 
-def apply(jobs: JobsCore, tx: Transaction, decision: Decision) -> dict[str, Any] | None:
+def apply(jobs: JobsCore, tx: Transaction, decision: Decision) -> Event | None:
     """Record one of sched.health's decisions in the caller's transaction; returns the
     event the CLI shows for it, if any."""
     match decision:
@@ -110,8 +111,7 @@ def apply(jobs: JobsCore, tx: Transaction, decision: Decision) -> dict[str, Any]
             tx.append("host", {**silent, **({"answered": answered} if answered else {})})
         case DeclareLost(host, since, why, answered, _, ended):
             tx.append("host", {"host": host, "state": "lost", "since": since, "why": why})
-            event = {"host": host, "since": since, "answered": answered, "jobs": list(ended)}
-            return {"event": "node-lost", **event}
+            return NodeLost(host, since, answered, tuple(ended))
         case DrainHost(host, reason):
             drained = {"target": host, "state": "drained", "reason": reason}
             tx.append("drain", {**drained, "source": "health"})
@@ -125,7 +125,7 @@ def apply(jobs: JobsCore, tx: Transaction, decision: Decision) -> dict[str, Any]
                 tx.append("fence", {**fence, "state": "cleared"})
         case HostReturned(host, undrained):
             tx.append("host", {"host": host, "state": "returned"})
-            return {"event": "node-returned", "host": host, "undrained": undrained}
+            return NodeReturned(host, undrained)
         case LiftDrain(host):  # the loss's own drain only: an admin's stays
             tx.append("drain", {"target": host, "state": "undrained", "source": "health"})
         case KillRun():
@@ -154,7 +154,7 @@ def _fence(tx: Transaction, run: FenceRun) -> None:
     tx.append("fence", {**fence, "state": "fenced"})
 
 
-def _kill_fenced(jobs: JobsCore, beats: Heartbeats) -> list[dict[str, Any]]:
+def _kill_fenced(jobs: JobsCore, beats: Heartbeats) -> list[Event]:
     """SIGKILL fenced runs still running on hosts that answered, then clear the fences of
     the runs that are gone there."""
     settle = health.settle_fences(jobs.read().state.fences, beats)
@@ -180,10 +180,7 @@ def _kill_fenced(jobs: JobsCore, beats: Heartbeats) -> list[dict[str, Any]]:
 
     done = jobs.ledger.write(clear)
     jobs.warnings.extend(done.warnings)
-    return [
-        {"event": "stale-run-killed", "job": k.job, "host": k.host, "run": k.node_id}
-        for k in killed
-    ]
+    return [StaleRunKilled(k.job, k.host, k.node_id) for k in killed]
 
 
 def _end(jobs: JobsCore, tx: Transaction, decision: EndJob | RequeueJob) -> None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gpupoolctl.hw.slice import card_key, gpu_id, hive_key
 from gpupoolctl.jobs import hooks
+from gpupoolctl.jobs.events import Event, Reshaped
 from gpupoolctl.jobs.nodes import Call, Nodes
 from gpupoolctl.ledger import Transaction, reservations
 
@@ -190,7 +191,7 @@ def _abandoned(record: Mapping[str, Any], now: float, unanswered: Unanswered) ->
     return reservations.maker_gone(record, now)
 
 
-def recover(work: Work) -> list[dict[str, Any]]:
+def recover(work: Work) -> list[Event]:
     """Close the reservations of runs that ended before they closed them (killed, crashed,
     interrupted): their hosts' slices are read again (the cards are whatever the nodes say
     they are now, the agent having rolled back or finished) and each is recorded failed,
@@ -234,7 +235,7 @@ class Carried:
     closed, and the hosts that may still be changing (kept reserved)."""
 
     answers: dict[str, HostResult] = field(default_factory=dict)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
     unsure: list[str] = field(default_factory=list)
 
 
@@ -300,13 +301,13 @@ def carry_out(
     return carried
 
 
-def close(work: Work, reserved: Sequence[Reserved], errors: Mapping[str, str]) -> list[dict]:
+def close(work: Work, reserved: Sequence[Reserved], errors: Mapping[str, str]) -> list[Event]:
     """Record every reservation done or failed; one event each."""
     if work.ledger is None or not reserved:
         return []
 
-    def build(tx: Transaction) -> list[dict[str, Any]]:
-        events = []
+    def build(tx: Transaction) -> list[Event]:
+        events: list[Event] = []
         for item in reserved:
             work.unanswered.forget(item.id)
             if item.id not in tx.state.reshapes:
@@ -327,15 +328,9 @@ def close(work: Work, reserved: Sequence[Reserved], errors: Mapping[str, str]) -
             if error:
                 data["error"] = error
             tx.append("reshape", data)
+            kind = "reshape-failed" if error else "reshaped"
             events.append(
-                {
-                    "event": "reshape-failed" if error else "reshaped",
-                    "gpu": item.gpu,
-                    "before": item.before,
-                    "after": item.after,
-                    "jobs": list(item.jobs),
-                    "error": error,
-                }
+                Reshaped(item.gpu, item.before, item.after, tuple(item.jobs), error, kind=kind)
             )
         return events
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from gpupoolctl.jobs.events import Event
 from gpupoolctl.jobs.nodes import Call
 from gpupoolctl.jobs.repartition import HostRequest, Reserved, Work, carry_out, holding
 from gpupoolctl.jobs.repartition import reserve_card as _reserve_card
@@ -99,7 +100,7 @@ def _why_not(facts: Mapping[str, Any], recut: Recut) -> str | None:
     return None
 
 
-def execute(work: Work, reserved: Sequence[Reserved]) -> list[dict[str, Any]]:
+def execute(work: Work, reserved: Sequence[Reserved]) -> list[Event]:
     """Re-cut every reserved card (each host one request), refresh their hosts' slices,
     close every reservation. Returns one event per reservation closed."""
     from gpupoolctl.partition import plan_host

@@ -26,6 +26,7 @@ from typing import Any
 
 from gpupoolctl.jobs import hooks, launching, reaping, repartition, reshape, stopping
 from gpupoolctl.jobs.errors import JobError
+from gpupoolctl.jobs.events import Event, Launched, Preempted, RecutDue, Refused, Waiting
 from gpupoolctl.jobs.service import JobsCore, Outcome
 from gpupoolctl.ledger import State, Transaction
 from gpupoolctl.ledger.units import format_ts
@@ -38,8 +39,8 @@ MAX_ROUNDS = 50  # bounded: a round places, preempts or re-cuts; the next sees t
 @dataclass
 class _Round:
     placed: list[dict[str, Any]] = field(default_factory=list)  # jobs recorded pending
-    events: list[dict[str, Any]] = field(default_factory=list)  # refused
-    waiting: list[dict[str, Any]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)  # refused
+    waiting: list[Event] = field(default_factory=list)
     victims: list[dict[str, Any]] = field(default_factory=list)
     victims_for: QueueEntry | None = None
     reshapes: list[repartition.Reserved] = field(default_factory=list)
@@ -50,7 +51,7 @@ def schedule(jobs: JobsCore) -> Outcome:
     outcome = Outcome(events=repartition.recover(jobs))
     preempted_for: set[str] = set()  # entries this call has stopped victims for already
     recut_cards: set[str] = set()  # cards this call has re-cut: not again in later rounds
-    waiting: list[dict[str, Any]] = []
+    waiting: list[Event] = []
     for _ in range(MAX_ROUNDS):
         decided = jobs.ledger.write(
             lambda tx: _decide(jobs, tx, frozenset(preempted_for), frozenset(recut_cards))
@@ -67,30 +68,28 @@ def schedule(jobs: JobsCore) -> Outcome:
             launch_failed |= state != "running"
             # Requeued: its nodes did not launch it (no answer, a device gone); it goes on
             # where the next round places it.
-            event = {"running": "started", "queued": "requeued"}.get(str(state), "launch-failed")
+            kind = {"running": "started", "queued": "requeued"}.get(str(state), "launch-failed")
             outcome.events.append(
-                {
-                    "event": event,
-                    "job": job["id"],
-                    "hosts": [n["host"] for n in job["nodes"]],
-                    "error": launched.get("error"),
-                    **({"reason": launched.get("reason")} if state == "queued" else {}),
-                }
+                Launched(
+                    job["id"],
+                    tuple(n["host"] for n in job["nodes"]),
+                    launched.get("error"),
+                    launched.get("reason") if state == "queued" else None,
+                    kind=kind,
+                )
             )
         if found.victims_for is not None:
             preempted_for.add(found.victims_for.id)
             stopping.stop(jobs, found.victims)
-            victims = [v["id"] for v in found.victims]
-            outcome.events.append(
-                {"event": "preempted", "job": found.victims_for.job, "victims": victims}
-            )
+            victims = tuple(v["id"] for v in found.victims)
+            outcome.events.append(Preempted(found.victims_for.job, victims))
             reaping.reap(jobs)
             continue
         if found.reshapes:
             events = reshape.execute(jobs, found.reshapes)
             outcome.events.extend(events)
             recut_cards.update(r.gpu for r in found.reshapes)
-            if any(e["event"] == "reshape-failed" for e in events):
+            if any(e.kind == "reshape-failed" for e in events):
                 # Fail closed: the next pass (after the card's back-off) tries again, not
                 # this one, on whatever made the node refuse.
                 break
@@ -152,27 +151,19 @@ def _decide(
     return found
 
 
-def waiting_event(
-    result: PassResult, entry: QueueEntry, nofit: NoFit, now: datetime
-) -> dict[str, Any]:
+def waiting_event(result: PassResult, entry: QueueEntry, nofit: NoFit, now: datetime) -> Waiting:
     """A `waiting` event: the entry's job and why it waits (PassResult.waiting_nofit: its
     words, `reason`, and its `code`); when it waits for a re-cut, which one (`recut`: the
     card, its new layout, and `due`: the ledger time from which a pass may make it)."""
     why = result.waiting_nofit(entry, nofit)
-    event: dict[str, Any] = {
-        "event": "waiting",
-        "job": entry.job,
-        "reason": why.reason,
-        "code": why.code,
-    }
     recut, wait_s = result.recut_for(entry), 0.0
     coming = result.upcoming.get(entry.id)
     if recut is None and coming is not None:
         recut, wait_s = coming.recut, coming.wait_s
+    due = None
     if recut is not None:
-        due = format_ts(now + timedelta(seconds=wait_s))
-        event["recut"] = {"gpu": recut.card.key, "after": recut.after, "due": due}
-    return event
+        due = RecutDue(recut.card.key, recut.after, format_ts(now + timedelta(seconds=wait_s)))
+    return Waiting(entry.job, why.reason, why.code, due)
 
 
 def _record(jobs: JobsCore, tx: Transaction, found: _Round, result: PassResult) -> None:
@@ -186,7 +177,7 @@ def _record(jobs: JobsCore, tx: Transaction, found: _Round, result: PassResult) 
         except JobError as exc:  # e.g. two vendors on one host: it would block the queue
             tx.append("job", {"id": job["id"], "state": "failed", "error": str(exc)})
             found.unplaced = True
-            found.events.append({"event": "refused", "job": entry.job, "reason": str(exc)})
+            found.events.append(Refused(entry.job, str(exc)))
     for entry, nofit in result.never:
         job = tx.state.jobs[str(entry.job)]
         policy = entry.policy or "best-fit"
@@ -196,18 +187,14 @@ def _record(jobs: JobsCore, tx: Transaction, found: _Round, result: PassResult) 
             and jobs.never_fits(tx.state, entry.request, tx.now, policy) is None
         ):
             why = nofit.wrap("hosts-limited", never=False)
-            found.waiting.append(
-                {"event": "waiting", "job": entry.job, "reason": why.reason, "code": why.code}
-            )
+            found.waiting.append(Waiting(entry.job, why.reason, why.code))
             continue
         tx.append("dequeue", {"id": entry.id, "reason": "can never fit"})
         tx.append(
             "job",
             {"id": job["id"], "state": "failed", "error": f"can never fit: {nofit.reason}"},
         )
-        found.events.append(
-            {"event": "refused", "job": entry.job, "reason": nofit.reason, "code": nofit.code}
-        )
+        found.events.append(Refused(entry.job, nofit.reason, nofit.code))
 
 
 def preempting_for(state: State, job_id: str) -> list[str]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.jobs.errors import JobError, NoSuchJob
+from gpupoolctl.jobs.events import Event
 from gpupoolctl.jobs.nodes import Call, Nodes
 from gpupoolctl.jobs.repartition import Unanswered
 from gpupoolctl.jobs.spec import JobSpec
@@ -59,7 +60,7 @@ class Outcome:
     state: str | None = None
     placement: dict[str, Any] | None = None
     reason: str | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
 
 
 class JobsCore:
@@ -92,7 +93,7 @@ class JobsCore:
         self.in_hosts = in_hosts  # resolves a policy rule's host pattern (the inventory's)
         self.warnings: list[str] = []
         # What the reaper's heartbeat saw happen to hosts (node-lost, node-returned, ...).
-        self.node_events: list[dict[str, Any]] = []
+        self.node_events: list[Event] = []
         # Host -> when its last poll answered (ledger time), in this process: a long-running
         # `schedule --watch` counts a silence from there, as Slurm counts from the last
         # response; a one-shot pass knows only its own poll.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpupoolctl.jobs import hooks, reaping, scheduling, teams
 from gpupoolctl.jobs.errors import NeverFits
+from gpupoolctl.jobs.events import reasons_for
 from gpupoolctl.jobs.service import JobsCore, Outcome
 from gpupoolctl.jobs.spec import JobSpec, expand_checkpoint_dir
 from gpupoolctl.ledger import Transaction
@@ -44,6 +45,6 @@ def submit(jobs: JobsCore, spec: JobSpec) -> Outcome:
     outcome.placement = job.get("placement")
     outcome.reason = job.get("error") or job.get("reason")
     if outcome.state == "queued":
-        waiting = [e for e in outcome.events if e.get("job") == job_id and e.get("reason")]
-        outcome.reason = waiting[-1]["reason"] if waiting else None
+        waiting = reasons_for(outcome.events, job_id)
+        outcome.reason = waiting[-1].reason if waiting else None
     return outcome

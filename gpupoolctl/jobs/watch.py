@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
+from gpupoolctl.jobs.events import Event
 from gpupoolctl.jobs.refreshing import refresh
 from gpupoolctl.jobs.service import JobsCore
 from gpupoolctl.timestamps import format_ts, utc_now
@@ -30,7 +30,7 @@ class Round:
 
     number: int
     at: str
-    events: list[dict[str, Any]]
+    events: list[Event]
     warnings: list[str]
 
 

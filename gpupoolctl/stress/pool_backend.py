@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpupoolctl.errors import GpupoolError
 from gpupoolctl.jobs import Jobs, Nodes
+from gpupoolctl.jobs.events import Event, NodeLost, NodeReturned
 from gpupoolctl.jobs.repartition import Unanswered
 from gpupoolctl.ledger.state import JOB_TERMINAL
 from gpupoolctl.stress.backend import Finished, SubmitRefused, Ticket, Work
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 _LEDGER_CALLS = {"read", "write", "refresh_slices"}
 STDERR_TAIL_BYTES = 4096  # enough for a workload's last line, little to ask a node for
 _STAMPED_STATES = {"queued": "queued", "pending": "placed"}  # job record state -> stamp
-NODE_EVENTS = ("node-lost", "node-returned")  # pass events kept for events_between
+NODE_EVENTS = (NodeLost, NodeReturned)  # pass events kept (as dicts) for events_between
 
 
 class Timeline:
@@ -294,13 +295,12 @@ class PoolBackend:
             if message not in self._warnings:
                 self._warnings.append(message)
 
-    def _saw(self, events: Iterable[Any]) -> None:
-        """Keep a pass's node events, stamped with when this backend saw them."""
+    def _saw(self, events: Iterable[Event]) -> None:
+        """Keep a pass's node events, as their dicts stamped with when this backend saw
+        them."""
         now = time.time()
         kept = [
-            {**event, "seen": now}
-            for event in events
-            if isinstance(event, dict) and event.get("event") in NODE_EVENTS
+            {**event.to_dict(), "seen": now} for event in events if isinstance(event, NODE_EVENTS)
         ]
         if kept:
             with self._lock:

@@ -30,6 +30,7 @@ from gpupoolctl.jobs import (
     submitting,
 )
 from gpupoolctl.jobs.errors import JobError
+from gpupoolctl.jobs.events import Waiting
 from gpupoolctl.ledger import Ledger
 from gpupoolctl.remote.results import HostResult
 from gpupoolctl.remote.target import target_from_vars
@@ -155,9 +156,10 @@ def test_two_passes_preempt_at_most_one_set_of_victims_for_one_queued_job(
     victim = node.terms[0]  # the first pass's (n1's when it sees only n1)
     assert node.terms == [victim]  # one TERM in all: the second pass stopped nothing
     assert preempt_marks(setup, boss) == [victim]  # and marked nothing
-    assert [e["event"] for e in during.events if e.get("job") == boss] == ["waiting"]
-    assert "preempted for it" in str(during.events[-1]["reason"])
-    assert during.events[-1]["code"] == "victims-stopping"
+    assert [e.kind for e in during.events if getattr(e, "job", None) == boss] == ["waiting"]
+    last = during.events[-1]
+    assert isinstance(last, Waiting) and "preempted for it" in last.reason
+    assert last.code == "victims-stopping"
     survivor = on_n1 if victim == on_n2 else on_n2
     assert state_of(setup, str(survivor))["state"] == "running"
     assert state_of(setup, victim)["state"] == "cancelled"
@@ -193,9 +195,7 @@ def test_concurrent_passes_never_stop_more_than_one_set_for_one_job(
         marks = preempt_marks(setup, boss)
         assert len(marks) == len(set(marks)) <= need  # nobody marked twice, no extra victim
         assert sorted(node.terms) == sorted(marks)  # each marked job stopped once
-        preempting = [
-            o for o in (first, during) if any(e["event"] == "preempted" for e in o.events)
-        ]
+        preempting = [o for o in (first, during) if any(e.kind == "preempted" for e in o.events)]
         assert len(preempting) <= 1
 
 
@@ -227,10 +227,10 @@ def test_a_preemption_left_half_done_blocks_a_second_one_until_reaping_ends_it(
     )
 
     first = refreshing.refresh(jobs)  # kills the overdue victim; the boss still waits for it
-    assert [e["event"] for e in first.events] == ["waiting"]
+    assert [e.kind for e in first.events] == ["waiting"]
     assert node.terms == [] and node.jobs[victim]["state"] == "exited"
     second = refreshing.refresh(jobs)  # records it ended: its slice goes to the boss
-    assert [e["event"] for e in second.events] == ["started"]
+    assert [e.kind for e in second.events] == ["started"]
     assert state_of(jobs, boss)["nodes"][0]["host"] == "n1"
     assert state_of(jobs, other)["state"] == "running" and preempt_marks(jobs, boss) == [victim]
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gpupoolctl.jobs import Jobs, JobSpec, Nodes, submitting
+from gpupoolctl.jobs.events import NodeLost
 from gpupoolctl.jobs.refreshing import refresh
 from gpupoolctl.ledger import Ledger, State
 from gpupoolctl.ledger.drains import drain
@@ -135,7 +136,7 @@ def test_a_silent_host_is_lost_only_after_node_dead_after(pool: Any) -> None:
     assert job(jobs, job_id)["state"] == "running"  # 89 s silent: not yet
     assert host not in state_of(jobs).lost and state_of(jobs).allocations
     clock.advance(1)
-    events = refresh(jobs).events
+    events = [e.to_dict() for e in refresh(jobs).events]
     state = state_of(jobs)
     assert host in state.lost and host not in state.silent
     lost_job = state.finished[job_id]
@@ -197,8 +198,8 @@ def test_a_job_that_may_restart_runs_again_elsewhere_without_back_off(pool: Any)
     assert entry["data"]["not_before"] == entry["ts"]  # the node failed, not the job: no back-off
     assert requeued[0]["data"]["reason"].startswith(f"node lost ({first} did not answer for 1m30s)")
     assert requeued[0]["data"]["reason"].endswith("requeued (1/2)")
-    assert [e["event"] for e in events][:1] == ["node-lost"]
-    assert any(e["event"] == "started" and e["job"] == job_id for e in events)
+    assert [e.kind for e in events][:1] == ["node-lost"]
+    assert any(e.kind == "started" and getattr(e, "job", None) == job_id for e in events)
 
 
 def test_the_returning_node_has_its_stale_run_killed_then_returns(pool: Any) -> None:
@@ -216,7 +217,7 @@ def test_the_returning_node_has_its_stale_run_killed_then_returns(pool: Any) -> 
     assert fleet.kills == [(first, job_id)]
     state = state_of(jobs)
     assert not state.fences and first not in state.lost and first not in state.drains
-    kinds = [e["event"] for e in events]
+    kinds = [e.kind for e in events]
     assert kinds.index("stale-run-killed") < kinds.index("node-returned")
     assert job(jobs, job_id)["nodes"][0]["node_id"] == f"{job_id}.2"  # the new run goes on
     assert jobs.ledger.verify().ok, jobs.ledger.verify().problems
@@ -345,9 +346,9 @@ def test_a_node_lost_is_told_by_its_last_answer_whichever_process_heard_it(pool:
     reason = state.drains[host]["health"]["reason"]
     assert reason.startswith("node lost: no answer since 2026-12-01T09:00:30"), reason
     assert state.finished[job_id]["error"] == f"node lost: {host} did not answer for 2m"
-    lost = next(e for e in events if e["event"] == "node-lost")
-    assert lost["answered"].startswith("2026-12-01T09:00:30")
-    assert lost["since"].startswith("2026-12-01T09:01:00")
+    lost = next(e for e in events if isinstance(e, NodeLost))
+    assert str(lost.answered).startswith("2026-12-01T09:00:30")
+    assert lost.since.startswith("2026-12-01T09:01:00")
     assert state.lost[host]["answered"] == state.answered[host]
     assert jobs.ledger.verify().ok, jobs.ledger.verify().problems
 

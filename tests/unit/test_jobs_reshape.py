@@ -89,7 +89,7 @@ def test_a_recut_whose_node_is_not_read_again_stays_reserved_until_it_is(dgx) ->
     runner.down = False
     jobs.nodes = Nodes(list(jobs.nodes.targets.values()), runner)
     outcome = scheduling.schedule(jobs)
-    closed = [e for e in outcome.events if e["event"] == "reshape-failed"]
+    closed = [e.to_dict() for e in outcome.events if e.kind == "reshape-failed"]
     assert [e["gpu"] for e in closed] == ["dgx/gpu0"] and "interrupted" in closed[0]["error"]
     state = jobs.read().state
     assert state.reshapes == {}
@@ -156,7 +156,7 @@ def test_a_pass_limited_by_l_never_fails_a_job_elastic_could_serve_elsewhere(
     job_id = ledger.write(queue).value
     only_b = Jobs(ledger, Nodes(targets, run_agent_each), owner="alice", policy=policy, hosts={"b"})
     outcome = scheduling.schedule(only_b)
-    assert [e["event"] for e in outcome.events if e.get("job") == job_id] == ["waiting"]
+    assert [e.kind for e in outcome.events if getattr(e, "job", None) == job_id] == ["waiting"]
     assert ledger.read().state.jobs[job_id]["state"] == "queued"  # not failed
 
 

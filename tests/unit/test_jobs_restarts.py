@@ -124,8 +124,8 @@ def test_a_failing_job_runs_max_restarts_plus_one_times_then_fails(pool) -> None
         launched = len(node.launches)
         outcome = scheduling.schedule(jobs)
         assert len(node.launches) == launched
-        (waiting,) = [e for e in outcome.events if e.get("job") == job_id]
-        assert waiting["reason"] == "restarting in 1s (backoff)"
+        (waiting,) = [e for e in outcome.events if getattr(e, "job", None) == job_id]
+        assert waiting.reason == "restarting in 1s (backoff)"
         clock.advance(1)
         scheduling.schedule(jobs)
         assert len(node.launches) == launched + 1

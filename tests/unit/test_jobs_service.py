@@ -224,7 +224,7 @@ def test_a_pass_limited_to_some_hosts_never_fails_a_job_other_hosts_could_hold(t
 
     # A cron pass limited to n1 (`schedule -l n1`) sees no L40S at all...
     only_n1 = Jobs(ledger, Nodes(targets[:1], node), owner="cron", hosts={"n1"})
-    events = scheduling.schedule(only_n1).events
+    events = [e.to_dict() for e in scheduling.schedule(only_n1).events]
     # ...and must leave the job waiting, not fail it for good.
     assert [e["event"] for e in events] == ["waiting"]
     assert "-l" in events[0]["reason"] and events[0]["code"] == "hosts-limited"
@@ -242,7 +242,7 @@ def test_a_pass_limited_to_some_hosts_never_fails_a_job_other_hosts_could_hold(t
                 "request": {"gpus": 1, "profile": "gpu", "model": "H100"},
             },
         )
-    events = scheduling.schedule(only_n1).events
+    events = [e.to_dict() for e in scheduling.schedule(only_n1).events]
     assert any(e["event"] == "refused" and e["job"] == "j-x" for e in events)
     assert {e["code"] for e in events if e["event"] == "refused"} == {"no-match"}
     assert state_of(everyone, "j-x")["state"] == "failed"

@@ -67,7 +67,7 @@ def test_each_round_waits_what_is_left_of_the_interval_and_a_lost_node_shows_in_
     assert [r.at for r in rounds] == [
         format_ts(start + timedelta(seconds=30 * i + 5)) for i in range(5)
     ]
-    lost = [r.number for r in rounds if any(e["event"] == "node-lost" for e in r.events)]
+    lost = [r.number for r in rounds if any(e.kind == "node-lost" for e in r.events)]
     assert lost == [4], "silent from round 1 (5 s), lost at round 4 (95 s): once"
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from gpupoolctl.errors import SourceError, UsageError
 from gpupoolctl.jobs import refreshing
+from gpupoolctl.jobs.events import Event, Launched, NodeLost, NodeReturned
 from gpupoolctl.jobs.spec import MAX_RESTARTS
 from gpupoolctl.stress import workload
 from gpupoolctl.stress.backend import Finished, NoopBackend, Ticket, Work, job_spec
@@ -34,6 +35,9 @@ from tests.unit.test_stress_runner import scenario
 WINDOW = (100.0, 110.0)
 LOST = {"event": "node-lost", "host": "n1", "since": "2024-01-01T00:00:00Z", "jobs": []}
 RETURNED = {"event": "node-returned", "host": "n1", "undrained": True}
+# The same as a pass hands them over (jobs.events), and a job's event the backend leaves out.
+PASS_LOST = NodeLost("n1", "2024-01-01T00:00:00Z", None, ())
+PASS_RETURNED = NodeReturned("n1", True)
 
 
 def sample(submitted: float, *, ok: bool, restarts: int = 0) -> Sample:
@@ -202,11 +206,11 @@ def test_the_reaper_keeps_node_events_with_when_it_saw_them(
 
     def refresh(jobs: Any) -> Any:
         passes.append(time.time())
-        events: list[dict[str, Any]] = [{"event": "started", "job": "j-9"}]
+        events: list[Event] = [Launched("j-9", (), None, kind="started")]
         if len(passes) == 1:  # the first pass found a host lost
-            events.insert(0, dict(LOST))
+            events.insert(0, PASS_LOST)
         if len(passes) == 2:  # the second, that it came back; the job ended
-            events.insert(0, dict(RETURNED))
+            events.insert(0, PASS_RETURNED)
             finished["j-1"] = DONE
         return SimpleNamespace(events=events)
 
@@ -239,7 +243,7 @@ def test_the_reaper_keeps_node_events_with_when_it_saw_them(
 
 def test_node_events_a_submit_s_pass_saw_are_kept_too() -> None:
     backend = StandInBackend({})
-    fake = SimpleNamespace(warnings=[], hosts_failed=False, node_events=[dict(LOST)])
+    fake = SimpleNamespace(warnings=[], hosts_failed=False, node_events=[PASS_LOST])
     before = time.time()
     backend._collect(fake)  # type: ignore[arg-type]
     assert fake.node_events == []  # taken, so that it is not counted twice
