@@ -733,7 +733,6 @@ def _event_rows(events: Sequence[Event]) -> list[dict[str, Any]]:
                 row["job"] = ",".join(held)
             case WouldRecut(gpu=gpu, before=before, after=after):
                 detail = f"{gpu}: {before} -> {after}"
-                row["job"] = ""  # as it always showed: its jobs are in -o json only
             case NodeLost(host=host, since=since, answered=answered, jobs=held):
                 last = answered or f"{since} or earlier"
                 detail = f"{host}: no answer since {last}; jobs ended or requeued"

@@ -269,3 +269,14 @@ def test_schedule_prints_the_events_to_dict_gives(events: list[Event]) -> None:
             assert code == 0
             code, out = cli("schedule", *dry)
             assert code == 0
+
+
+def test_a_dry_run_re_cut_row_names_the_jobs_it_is_made_for() -> None:
+    """The table's JOB column of a would-re-cut row was always empty (the jobs were in
+    -o json only); it names them as a reshaped row does."""
+    from gpupoolctl.cli.jobs_cmd import _event_rows
+
+    recut = WouldRecut("j-6,j-8", "dgx/gpu0", "gpu", "7x 1g.10gb", "would re-cut: idle")
+    (row,) = _event_rows([recut])
+    assert row["job"] == "j-6,j-8"
+    assert row["detail"] == "dgx/gpu0: gpu -> 7x 1g.10gb"
