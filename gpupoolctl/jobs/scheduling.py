@@ -118,7 +118,8 @@ def _decide(
     if not snap.queue:
         return found
     now = snap.now
-    stopping = {e.id for e in snap.queue if e.job and preempting_for(state, e.job)}
+    marked = preempting(state)
+    stopping = {e.id for e in snap.queue if e.job and e.job in marked}
     no_preempt = set(preempted_for) | stopping
     if snap.elastic is not None and recut_cards:
         # Whatever min-idle says, one call re-cuts a card once: its next round places on it.
@@ -197,14 +198,17 @@ def _record(jobs: JobsCore, tx: Transaction, found: _Round, result: PassResult) 
         found.events.append(Refused(entry.job, nofit.reason, nofit.code))
 
 
-def preempting_for(state: State, job_id: str) -> list[str]:
-    """Jobs marked to be preempted for `job_id` that are still running (a victim requeued
-    after it ended is queued: its old mark no longer counts)."""
-    return [
-        k
-        for k, j in state.jobs.items()
-        if j.get("state") == "running" and (j.get("preempt") or {}).get("by") == job_id
-    ]
+def preempting(state: State) -> dict[str, list[str]]:
+    """Job id -> the jobs marked to be preempted for it that are still running (a victim
+    requeued after it ended is queued: its old mark no longer counts). One walk over the
+    jobs for the whole queue: asked per queued job, it was most of a pass's time with
+    thousands queued (bench/scale/production_day.py)."""
+    marked: dict[str, list[str]] = {}
+    for job_id, job in state.jobs.items():
+        by = (job.get("preempt") or {}).get("by") if job.get("state") == "running" else None
+        if by is not None:
+            marked.setdefault(str(by), []).append(job_id)
+    return marked
 
 
 def _mark_victims(

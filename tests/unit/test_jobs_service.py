@@ -364,3 +364,22 @@ def test_a_refusal_for_the_jobs_sake_fails_it_even_when_another_node_did_not_ans
     assert job["state"] == "failed" and "BadWorkdir" in job["error"], job
     assert "n2: unreachable" in job["error"]
     assert set(jobs.ledger.read().state.silent) == {"n2"}
+
+
+def test_the_jobs_stopping_for_each_queued_job_are_found_in_one_walk() -> None:
+    """scheduling.preempting: running jobs marked for a job, by that job; a victim that is
+    no longer running (it ended, or was requeued) or was never marked counts for none."""
+    from gpupoolctl.jobs.scheduling import preempting
+    from gpupoolctl.ledger.state import State
+
+    state = State()
+    jobs = {
+        "v-1": {"state": "running", "preempt": {"by": "j-9"}},
+        "v-2": {"state": "running", "preempt": {"by": "j-9"}},
+        "v-3": {"state": "running", "preempt": {"by": "j-7"}},
+        "v-4": {"state": "queued", "preempt": {"by": "j-7"}},  # requeued: its mark is old
+        "v-5": {"state": "running", "preempt": None},
+        "v-6": {"state": "running"},
+    }
+    state.jobs.update(jobs)
+    assert preempting(state) == {"j-9": ["v-1", "v-2"], "j-7": ["v-3"]}
