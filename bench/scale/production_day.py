@@ -39,8 +39,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ for folder in (ROOT, ROOT / "bench" / "utilization"):
         sys.path.insert(0, str(folder))
 
 import jobtrace  # noqa: E402  # bench/utilization/jobtrace.py
+from replay import T0  # noqa: E402  # the day starts when bench/utilization's replay's does
 
 from gpupoolctl.jobs import Jobs, JobSpec, Nodes  # noqa: E402
 from gpupoolctl.jobs.refreshing import refresh  # noqa: E402
@@ -57,8 +59,6 @@ from gpupoolctl.ledger import Ledger  # noqa: E402
 from gpupoolctl.remote.results import HostResult  # noqa: E402
 from gpupoolctl.remote.target import target_from_vars  # noqa: E402
 from gpupoolctl.timestamps import format_ts  # noqa: E402
-
-T0 = datetime(2025, 6, 2, tzinfo=UTC)
 
 
 def _scale_run() -> Any:
@@ -206,13 +206,6 @@ def timed_command(argv: list[str], env: dict[str, str], repeat: int) -> tuple[fl
     return statistics.median(times), size
 
 
-def _count_by_state(jobs: Any) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for job in jobs:
-        counts[str(job.get("state"))] = counts.get(str(job.get("state")), 0) + 1
-    return counts
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=100)
@@ -290,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         "records": state.seq,
         "running_at_end": sum(1 for j in state.jobs.values() if j.get("state") == "running"),
         "queued_at_end": len(state.queue),
-        "ended_at_end": _count_by_state(state.finished.values()),
+        "ended_at_end": dict(Counter(str(j.get("state")) for j in state.finished.values())),
         "ledger_bytes": sizes,
         "latency_s": {k: v[0] for k, v in latency.items()},
         "output_chars": {k: v[1] for k, v in latency.items()},

@@ -231,7 +231,7 @@ def install() -> None:
     reaping.reap = wrap("reap", reaping.reap)
     scheduling.schedule = wrap("schedule", scheduling.schedule)
     launching.launch = wrap("launch", launching.launch)
-    service.JobsCore.place = wrap("place_check", service.JobsCore.place)  # type: ignore[method-assign]
+    service.JobsCore.never_fits = wrap("place_check", service.JobsCore.never_fits)  # type: ignore[method-assign]
 
     def top_level(inside: str, top: str) -> Callable[[tuple, dict], str]:
         # A submit's own write is its enqueue transaction, its own read (after the
@@ -263,12 +263,11 @@ def install() -> None:
     service.JobsCore.pool = wrap("pool_view", service.JobsCore.pool)  # type: ignore[method-assign]
 
     def note_pass(args: tuple, kwargs: dict, wall: float, cpu: float) -> None:
-        entries, pool = args[0], args[1]
-        slices = len(getattr(pool, "slices", {}) or {})
+        snap = args[0]  # sched.snapshot.Snapshot: the pass's queue and slices
         with PROBES.lock:
-            PROBES.passes[PROBES.level].append((len(entries), slices, wall, cpu))
+            PROBES.passes[PROBES.level].append((len(snap.queue), len(snap.slices), wall, cpu))
 
-    scheduling.schedule_pass = wrap("pass", scheduling.schedule_pass, on_call=note_pass)
+    scheduling.run_pass = wrap("pass", scheduling.run_pass, on_call=note_pass)
 
     def agent_label(args: tuple, kwargs: dict) -> str:
         calls = args[1]

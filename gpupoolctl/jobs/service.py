@@ -12,7 +12,7 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,14 +22,13 @@ from gpupoolctl.jobs.nodes import Call, Nodes
 from gpupoolctl.jobs.repartition import Unanswered
 from gpupoolctl.jobs.spec import JobSpec
 from gpupoolctl.ledger import Ledger, State, Transaction, View
-from gpupoolctl.sched import JobRequest, NoFit, Placement, PoolView, place
+from gpupoolctl.sched import JobRequest, NoFit, Placement, PoolView
 from gpupoolctl.sched.names import check_names
 
 if TYPE_CHECKING:
     from gpupoolctl.policy import PoolPolicy
     from gpupoolctl.sched import QueueEntry
     from gpupoolctl.sched.elastic import InHosts, Upcoming
-    from gpupoolctl.sched.modes import Never
     from gpupoolctl.sched.snapshot import Snapshot
 
 # Agent errors that prove a launch did not happen (anything else: ask the node).
@@ -141,28 +140,13 @@ class JobsCore:
                 self.warnings.append(message)
         return view
 
-    def never_fits(self, state: State, request: JobRequest, now: str, policy: str) -> Never | None:
+    def never_fits(self, state: State, request: JobRequest, now: str, policy: str) -> NoFit | None:
         """Could it ever run (sched.modes.never_fits) on the whole pool, not only this pass's
         hosts (--limit): None when it could, else why not. Only then is a job refused or
         failed from the queue."""
         from gpupoolctl.sched.modes import never_fits
 
         return never_fits(self.snapshot(state, now, everywhere=True, queue=()), request, policy)
-
-    def place(
-        self,
-        state: State,
-        request: JobRequest,
-        now: str,
-        policy: str,
-        reserved: Iterable[str] = (),
-    ) -> Any:
-        """Place on the ledger's current pool, treating `reserved` slices as taken."""
-        pool = self.pool(state, now)
-        for slice_id in reserved:
-            if pool.holder(slice_id) is None:
-                pool.take(slice_id)
-        return place(request, pool, policy)
 
     def ensure_slices(self, *, record: bool = True) -> None:
         """Slices of the chosen hosts from their facts, when the ledger knows none yet

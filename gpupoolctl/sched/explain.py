@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from gpupoolctl.hw.units import gib_text
+from gpupoolctl.hw.units import MIB_PER_GIB, gib_text
 from gpupoolctl.policy.model import GPU_MEMORY
 from gpupoolctl.sched.request import JobRequest
 
@@ -22,8 +22,6 @@ class NoFit(Protocol):
     @property
     def inner(self) -> NoFit | None: ...
 
-
-MIB_PER_GIB = 1024
 
 _TIES = {
     0: "on a GPU and a host already partly used",

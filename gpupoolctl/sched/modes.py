@@ -15,7 +15,6 @@ Callers build the snapshot (sched.snapshot) and render the answers; nothing here
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpupoolctl.sched.entry import QueueEntry
@@ -58,40 +57,19 @@ def run_pass(
     )
 
 
-@dataclass(frozen=True)
-class Never:
-    """Why `request` can never run on the pool: placement's answer (`nofit`, never=True),
-    and what elastic re-cuts could give it (`reach`; None without an elastic section)."""
-
-    request: JobRequest
-    nofit: NoFit
-    reach: RecutReach | None
-
-    @property
-    def typed(self) -> NoFit:
-        """The reason, typed: placement's, with what re-cuts could give it added (a
-        "recut-reach") when some card could hold a slice of it."""
-        if self.reach is None or not self.reach.reachable:
-            return self.nofit
-        return self.reach.nofit(self.request, self.nofit)
-
-    @property
-    def reason(self) -> str:
-        return self.typed.reason
-
-
-def never_fits(snap: Snapshot, request: JobRequest, policy: str = "best-fit") -> Never | None:
+def never_fits(snap: Snapshot, request: JobRequest, policy: str = "best-fit") -> NoFit | None:
     """Could it ever run: None when some slice of the snapshot's pool (were it free) or an
-    elastic re-cut of one of its cards could hold the request, else why not. Pass a
-    snapshot of the whole pool: a pass limited to some hosts (-l) must not refuse work
-    that other hosts could hold."""
+    elastic re-cut of one of its cards could hold the request, else why not (placement's
+    reason, with what re-cuts could give it added when some card could hold a slice of
+    it). Pass a snapshot of the whole pool: a pass limited to some hosts (-l) must not
+    refuse work that other hosts could hold."""
     result = place(request, snap.pool(), policy)
     if not (isinstance(result, NoFit) and result.never):
         return None
     reach = recut_reach(snap, request)
-    if reach is not None and reach.serves(request):
-        return None
-    return Never(request, result, reach)
+    if reach is None or not reach.reachable:
+        return result
+    return None if reach.serves(request) else reach.nofit(request, result)
 
 
 def recut_reach(snap: Snapshot, request: JobRequest) -> RecutReach | None:
@@ -137,4 +115,4 @@ def what_if(
     return NoFit("behind-queue", False)
 
 
-__all__ = ["WHAT_IF_ID", "Never", "never_fits", "recut_reach", "run_pass", "what_if"]
+__all__ = ["WHAT_IF_ID", "never_fits", "recut_reach", "run_pass", "what_if"]

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpupoolctl.hw.units import MIB_PER_GIB
 from gpupoolctl.policy.model import CARDS, GPU_MEMORY, SLICES, QuotaScope
-from gpupoolctl.sched.explain import MIB_PER_GIB
 from gpupoolctl.sched.place import NoFit, Placement, place
 from gpupoolctl.sched.pool import Holder, PoolView
 from gpupoolctl.sched.preempt import newer_first

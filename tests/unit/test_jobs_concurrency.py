@@ -34,7 +34,7 @@ from gpupoolctl.jobs.events import Waiting
 from gpupoolctl.ledger import Ledger
 from gpupoolctl.remote.results import HostResult
 from gpupoolctl.remote.target import target_from_vars
-from gpupoolctl.sched import JobRequest
+from gpupoolctl.sched import JobRequest, place
 from tests.unit.test_jobs_service import SLICES, FakeNode, state_of
 
 TARGETS = ("n1", "n2", "n3")
@@ -244,7 +244,7 @@ def place_only(jobs: Jobs, job_id: str) -> dict[str, Any]:
 
     def build(tx: Any) -> dict[str, Any]:
         job = tx.state.jobs[job_id]
-        placed = jobs.place(tx.state, JobRequest(**job["request"]), tx.now, "best-fit")
+        placed = place(JobRequest(**job["request"]), jobs.pool(tx.state, tx.now), "best-fit")
         (entry_id,) = [q["id"] for q in tx.state.queue.values() if q["job"] == job_id]
         tx.append("dequeue", {"id": entry_id, "reason": "placed"})
         return jobs.record_placed(tx, job, placed)

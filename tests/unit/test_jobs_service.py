@@ -16,7 +16,7 @@ from gpupoolctl.jobs.spec import parse_env
 from gpupoolctl.ledger import Ledger
 from gpupoolctl.remote.results import HostResult
 from gpupoolctl.remote.target import target_from_vars
-from gpupoolctl.sched import JobRequest
+from gpupoolctl.sched import JobRequest, place
 
 
 class FakeNode:
@@ -121,7 +121,7 @@ def test_pending_job_of_a_dead_submitter_never_launched_is_requeued_and_runs(set
     def place_only(tx):
         job = {"id": "j-x", "owner": "alice", "run": 0, **spec().record()}
         tx.append("job", {**job, "state": "queued"})
-        placed = jobs.place(tx.state, JobRequest(), tx.now, "best-fit")
+        placed = place(JobRequest(), jobs.pool(tx.state, tx.now), "best-fit")
         recorded = jobs.record_placed(tx, tx.state.jobs["j-x"], placed)
         tx.append("job", {"id": "j-x", "state": "pending", "submitter": None})
         return recorded

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -12,9 +13,10 @@ import pytest
 from gpupoolctl.policy.model import GPU_MEMORY
 from gpupoolctl.sched import JobRequest, NoFit, PoolView, explain, place, schedule_pass
 from gpupoolctl.sched.cards import cards_of
-from gpupoolctl.sched.modes import Never
+from gpupoolctl.sched.modes import never_fits
 from gpupoolctl.sched.queue import backoff_nofit
 from gpupoolctl.sched.shares import QuotaWait, ShareInputs
+from gpupoolctl.sched.snapshot import Snapshot
 from tests.unit.test_sched_shares import (
     GIB,
     T0,
@@ -217,7 +219,11 @@ def test_behind_queue_and_never() -> None:
     pool = [card("a", 0)]
     snap_request = JobRequest(profile="1g.10gb")
     nofit = place(snap_request, PoolView(pool))
-    assert Never(snap_request, nofit, None).typed is nofit
+    assert nofit.code == "no-match"
+    # never_fits, without an elastic section: placement's own answer, as it is
+    snap = Snapshot(now=T0, queue=(), slices=MappingProxyType({s["id"]: s for s in pool}),
+                    holders=())  # fmt: skip
+    assert never_fits(snap, snap_request) == nofit
 
 
 # -- the closed set -----------------------------------------------------------------------
