@@ -4,16 +4,17 @@
     python bench/scale/production_day.py [--nodes 100] [--scale 30] [--hours 24]
                                          [--pass-interval 60] [--keep DIR] [--json FILE]
 
-What runs is production's code, not a replay of it. The fleet is run.py's; the day is its
-trace (bench/utilization's reference day, `--scale` times its jobs, memory only). Every
-`--pass-interval` seconds of virtual time:
+What runs is production's code, not a replay of it (bench/utilization/production.py, the
+executor on virtual nodes the benchmarks share). The fleet is run.py's; the day is its
+trace (bench/utilization's reference day, `--scale` times its jobs, memory only):
 
-- the jobs that arrived since the last tick are recorded as `submit` records them (the job,
-  then its queue entry through `JobsCore.enqueue`), in one ledger transaction;
-- `jobs.refreshing.refresh` runs, as `gpupoolctl schedule` from cron runs it: settle
-  launches left half-done, reap (poll every running job's node; record what ended, release
-  its slices; the hosts' heartbeat), then the scheduling pass in rounds, each decided and
-  recorded in one transaction and carried out (launches) outside it.
+- each job is recorded as `submit` records it (the job, then its queue entry through
+  `JobsCore.enqueue`), in one ledger transaction at its arrival;
+- every `--pass-interval` seconds of virtual time `jobs.refreshing.refresh` runs, as
+  `gpupoolctl schedule` from cron runs it: settle launches left half-done, reap (poll
+  every running job's node; record what ended, release its slices; the hosts' heartbeat),
+  then the scheduling pass in rounds, each decided and recorded in one transaction and
+  carried out (launches) outside it.
 
 The ledger is a real one in a temporary folder (not durable: no fsync; `--keep` keeps it),
 with a virtual clock. The nodes are virtual (`VirtualNodes`): a launch starts no process but
@@ -40,8 +41,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,13 +51,10 @@ for folder in (ROOT, ROOT / "bench" / "utilization"):
         sys.path.insert(0, str(folder))
 
 import jobtrace  # noqa: E402  # bench/utilization/jobtrace.py
+from production import Clock, VirtualNodes, run_day, virtual_pool  # noqa: E402
 from replay import T0  # noqa: E402  # the day starts when bench/utilization's replay's does
 
-from gpupoolctl.jobs import Jobs, JobSpec, Nodes  # noqa: E402
-from gpupoolctl.jobs.refreshing import refresh  # noqa: E402
 from gpupoolctl.ledger import Ledger  # noqa: E402
-from gpupoolctl.remote.results import HostResult  # noqa: E402
-from gpupoolctl.remote.target import target_from_vars  # noqa: E402
 from gpupoolctl.timestamps import format_ts  # noqa: E402
 
 
@@ -69,120 +66,6 @@ def _scale_run() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-class Clock:
-    """The day's virtual time: the ledger's clock (a datetime), the executor's (epoch s)."""
-
-    def __init__(self, start: datetime) -> None:
-        self.at = start
-
-    def now(self) -> datetime:
-        return self.at
-
-    def epoch(self) -> float:
-        return self.at.timestamp()
-
-
-class VirtualNodes:
-    """Agents that run no process. `launch` starts a virtual run as long as the job's
-    `sleep` argument; `poll` reports it running until that much virtual time has passed,
-    then exited with code 0; `signal` ends it (143). Any other verb is an error: the day
-    asks for no other."""
-
-    def __init__(self, clock: Clock) -> None:
-        self.clock = clock
-        self.runs: dict[str, tuple[float, float]] = {}  # node job id -> (started, ends)
-        self.ended: dict[str, int] = {}  # node job id -> exit code, once signalled
-
-    def __call__(self, requests: list[tuple[Any, dict[str, Any]]]) -> list[HostResult]:
-        return [self.answer(target.name, request) for target, request in requests]
-
-    def answer(self, host: str, request: dict[str, Any]) -> HostResult:
-        verb, args, now = request["verb"], request["args"], self.clock.epoch()
-        if verb == "launch":
-            seconds = float(args["argv"][-1])
-            self.runs[args["job_id"]] = (now, now + seconds)
-            return HostResult(host, "ok", data={"pid": len(self.runs), "started": now})
-        if verb == "poll":
-            found = {job_id: self.status(job_id) for job_id in args["job_ids"]}
-            return HostResult(host, "ok", data={"jobs": found})
-        if verb == "signal":
-            self.ended[args["job_id"]] = 143
-            return HostResult(host, "ok", data={"sent": True, "state": "exited"})
-        raise ValueError(f"virtual node {host}: no verb {verb!r}")
-
-    def status(self, job_id: str) -> dict[str, Any]:
-        run = self.runs.get(job_id)
-        if run is None:
-            return {"state": "absent"}
-        started, ends = run
-        if job_id in self.ended:
-            return {"state": "exited", "exit_code": self.ended[job_id], "ended": self.clock.epoch()}
-        if self.clock.epoch() >= ends:
-            return {"state": "exited", "exit_code": 0, "ended": ends, "started": started}
-        return {"state": "running", "pid": 1, "started": started}
-
-
-def record_arrivals(jobs: Jobs, arrived: Sequence[jobtrace.Job], request_of: Any) -> None:
-    """The jobs as `submit` records them (job, then queue entry), in one transaction."""
-
-    def build(tx: Any) -> None:
-        for job in arrived:
-            # repr: the exact float back (a replay of the same day ends the job at the same time)
-            spec = JobSpec(argv=["sleep", repr(job.duration)], request=request_of(job))
-            record = {"id": f"j-{tx.next_seq}", "owner": jobs.owner, "run": 0, **spec.record()}
-            tx.append("job", {**record, "state": "queued"})
-            jobs.enqueue(tx, record)
-
-    jobs.ledger.write(build)
-
-
-def virtual_pool(ledger: Ledger, hosts: Sequence[str], clock: Clock) -> Jobs:
-    """Production's jobs library on `ledger`, its nodes virtual, its clock `clock`'s."""
-    targets = [target_from_vars(h, {"transport": "local"}) for h in hosts]
-    return Jobs(ledger, Nodes(targets, VirtualNodes(clock)), owner="bench", clock=clock.epoch)
-
-
-def run_day(
-    jobs: Jobs,
-    clock: Clock,
-    trace: Sequence[jobtrace.Job],
-    request_of: Callable[[jobtrace.Job], Any],
-    pass_interval: float = 60.0,
-    until: float | None = None,
-    tick: Callable[[float, float], None] | None = None,
-) -> dict[str, jobtrace.Job]:
-    """Production's loop over the day, from the clock's time on: every `pass_interval`
-    virtual seconds, the jobs that arrived since are recorded (record_arrivals), then
-    `refresh` runs; `tick(virtual seconds, wall seconds the tick took)` after each. Stops at
-    `until` (virtual seconds), or without it once every job has arrived and left the
-    ledger's live state. Returns job id -> the trace's job."""
-    traced: dict[str, jobtrace.Job] = {}
-    pending = sorted(trace, key=lambda j: j.arrival)
-    next_job = 0
-    while True:
-        seconds = (clock.at - T0).total_seconds()
-        if until is not None and seconds >= until:
-            break
-        if until is None and next_job == len(pending) and not jobs.ledger.read().state.jobs:
-            break
-        arrived = []
-        while next_job < len(pending) and pending[next_job].arrival <= seconds:
-            arrived.append(pending[next_job])
-            next_job += 1
-        began = time.perf_counter()
-        if arrived:
-            known = set(jobs.ledger.read().state.jobs)
-            record_arrivals(jobs, arrived, request_of)
-            # Ids follow the records' order: j-<seq of the job's first record>.
-            new = sorted(set(jobs.ledger.read().state.jobs) - known, key=lambda k: int(k[2:]))
-            traced.update(zip(new, arrived, strict=True))
-        refresh(jobs)
-        if tick is not None:
-            tick(seconds, time.perf_counter() - began)
-        clock.at += timedelta(seconds=pass_interval)
-    return traced
 
 
 def inventory(hosts: Sequence[str], path: Path) -> None:
@@ -232,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     clock = Clock(T0)
     ledger = Ledger(folder / "ledger.jsonl", durable=False, clock=clock.now)
     ledger.refresh_slices(hosts, slices)
-    jobs = virtual_pool(ledger, hosts, clock)
+    jobs = virtual_pool(ledger, hosts, VirtualNodes(clock))
 
     began = time.perf_counter()
     tick_s: list[float] = []

@@ -227,41 +227,97 @@ ELASTIC_START = "elastic-start"
 ELASTIC_START_FILE = HERE / "elastic-start.yaml"
 
 
-def replay_task(task: dict[str, Any]) -> tuple[str, Run, float]:
-    """One replay (in a worker process): returns (key, run, wall seconds)."""
-    began = time.perf_counter()
+def day_of(task: dict[str, Any]) -> dict[str, Any]:
+    """The task's trace and how its jobs ask (requests, priorities), and how its passes run
+    (every event, or on a cadence until the end of the window; the policy), whichever
+    executor runs it."""
+    static = task["column"] == "static"
+    priority_of = (lambda j: 50) if static else (lambda j: j.priority)
     if task["day"] == "reference":
         jobs = make_trace(task["seed"], task["inference"], task["training"], task["mix"])
-        request_of = _whole if task["column"] == "static" else pooled_request
-        run = replay(
-            task["column"],
-            jobs,
-            task["slices"],
-            task["total"],
-            request_of,
-            (lambda j: 50) if task["column"] == "static" else (lambda j: j.priority),
-            trim=True,
-        )
-    else:
-        jobs = make_contended_trace(task["seed"], task["total"])
-        static = task["column"] == "static"
-        run = replay(
-            task["column"],
-            jobs,
-            task["slices"],
-            task["total"],
-            contended_static_request if static else contended_request,
-            (lambda j: 50) if static else (lambda j: j.priority),
-            until=DAY,
-            recut_cost=task["recut_cost"],
-            pass_interval=task["pass_interval"],
-            # Trimming is exact only for passes without re-cuts (replay.trimmed): the
-            # elastic column gets the whole queue, as production does.
-            trim=task["column"] != "elastic",
-            pool_policy=pool_policy(task["policy"]) if task["column"] == "elastic" else None,
-            in_hosts=inventory_hosts(),
-        )
+        return {
+            "jobs": jobs,
+            "request_of": _whole if static else pooled_request,
+            "priority_of": priority_of,
+            "until": None,
+            "pass_interval": None,
+            "policy": None,
+        }
+    return {
+        "jobs": make_contended_trace(task["seed"], task["total"]),
+        "request_of": contended_static_request if static else contended_request,
+        "priority_of": priority_of,
+        "until": DAY,
+        "pass_interval": task["pass_interval"],
+        "policy": pool_policy(task["policy"]) if task["column"] == "elastic" else None,
+    }
+
+
+def replay_task(task: dict[str, Any]) -> tuple[str, Run, float]:
+    """One run (in a worker process): returns (key, run, wall seconds). The replay, or with
+    task["executor"] == "production" production's executor on virtual nodes."""
+    if task.get("executor") == "production":
+        return production_task(task)
+    began = time.perf_counter()
+    day = day_of(task)
+    run = replay(
+        task["column"],
+        day["jobs"],
+        task["slices"],
+        task["total"],
+        day["request_of"],
+        day["priority_of"],
+        until=day["until"],
+        recut_cost=task["recut_cost"],
+        pass_interval=day["pass_interval"],
+        # Trimming is exact only for passes without re-cuts (replay.trimmed): the elastic
+        # column gets the whole queue, as production does.
+        trim=task["column"] != "elastic",
+        pool_policy=day["policy"],
+        in_hosts=inventory_hosts() if task["day"] == "contended" else None,
+    )
     return task["key"], run, time.perf_counter() - began
+
+
+def production_task(task: dict[str, Any]) -> tuple[str, Run, float]:
+    """The task's day through production's executor (production.py): the column's layout
+    applied to simulated nodes in a temporary folder, the ledger there (not durable), the
+    trace's jobs submitted at their arrivals, `refresh` at each tick; the elastic column's
+    re-cuts made by the agent on those simulated cards."""
+    import tempfile
+
+    import production
+    from replay import T0
+
+    from gpupoolctl.ledger import Ledger
+
+    began = time.perf_counter()
+    day = day_of(task)
+    with tempfile.TemporaryDirectory(prefix="gpupool-bench-day-") as folder:
+        sim = Path(folder) / "sim"
+        slices = simpool.applied(task["label"], sim, task["layouts"])
+        assert slices == task["slices"], "the simulated nodes are not the replay's pool"
+        clock = production.Clock(T0)
+        ledger = Ledger(Path(folder) / "ledger.jsonl", durable=False, clock=clock.now)
+        hosts = sorted({s["host"] for s in slices})
+        ledger.refresh_slices(hosts, slices)
+        nodes = production.VirtualNodes(clock, simpool.sim_specs(sim))
+        jobs = production.virtual_pool(
+            ledger, hosts, nodes, policy=day["policy"], in_hosts=inventory_hosts()
+        )
+        ran = production.run_day(
+            jobs,
+            clock,
+            day["jobs"],
+            day["request_of"],
+            day["pass_interval"],
+            day["until"],
+            name=task["column"],
+            total_mib=task["total"],
+            priority_of=day["priority_of"],
+            nodes=nodes,
+        )
+    return task["key"], ran.run, time.perf_counter() - began
 
 
 def rebuild_cost(slices: list[dict[str, Any]], repeat: int = 20) -> float:
@@ -386,6 +442,13 @@ def main() -> None:
         "--policy", type=Path, default=POLICY, help="pool policy for the elastic column"
     )
     parser.add_argument("--no-elastic", action="store_true", help="leave the elastic column out")
+    parser.add_argument(
+        "--executor",
+        default="replay",
+        choices=["replay", "production"],
+        help="what runs each day: the replay (replay.py), or production's executor on "
+        "virtual nodes (production.py)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     seeds = [args.seed] if args.seed is not None else [int(s) for s in args.seeds.split(",")]
@@ -406,6 +469,7 @@ def main() -> None:
         "recut_cost": args.recut_cost,
         "pass_interval": args.pass_interval,
         "policy": args.policy,
+        "executor": args.executor,
     }
     for seed in seeds:
         if "reference" in days:
@@ -417,6 +481,8 @@ def main() -> None:
                         "day": "reference",
                         "seed": seed,
                         "column": column,
+                        "label": label,
+                        "layouts": str(simpool.LAYOUTS),
                         "slices": slices[label],
                         "inference": round(1800 * args.scale),
                         "training": round(48 * args.scale),
@@ -435,6 +501,10 @@ def main() -> None:
                         "day": "contended",
                         "seed": seed,
                         "column": column,
+                        "label": label,
+                        "layouts": str(
+                            ELASTIC_START_FILE if label == ELASTIC_START else simpool.LAYOUTS
+                        ),
                         "slices": slices[label],
                     }
                 )

@@ -30,30 +30,43 @@ LAYOUTS = ROOT / "playbooks" / "layouts.yaml"
 def pool_slices(label: str | None, layouts: Path = LAYOUTS) -> list[dict[str, Any]]:
     """Slices of the bundled pool, after applying `label` of `layouts` (None: as shipped)."""
     with tempfile.TemporaryDirectory(prefix="gpupool-bench-sim-") as folder:
-        old = os.environ.get("GPUPOOL_SIM_DIR")
-        os.environ["GPUPOOL_SIM_DIR"] = folder
-        try:
-            hosts = list(load_inventory(INVENTORY).hosts.values())
-            targets = {h.name: target_from_vars(h.name, h.vars) for h in hosts}
+        return applied(label, Path(folder), layouts)
+
+
+def applied(label: str | None, folder: Path, layouts: Path = LAYOUTS) -> list[dict[str, Any]]:
+    """pool_slices, the nodes' simulated state left in `folder` (their sim state_dir): the
+    cards as the layout left them, for an agent to read and re-cut later."""
+    old = os.environ.get("GPUPOOL_SIM_DIR")
+    os.environ["GPUPOOL_SIM_DIR"] = str(folder)
+    try:
+        hosts = list(load_inventory(INVENTORY).hosts.values())
+        targets = {h.name: target_from_vars(h.name, h.vars) for h in hosts}
+        facts = _facts(targets)
+        if label is not None:
+            spec = load_spec(layouts)
+            for host in hosts:
+                plan = plan_host(spec, label, host.name, host.groups, facts[host.name])
+                if plan.errors:
+                    raise RuntimeError(f"{host.name}: {plan.errors}")
+                if plan.changed:
+                    request = {"verb": "partition", "args": plan.agent_args(False)}
+                    result = run_agent([targets[host.name]], request)[0]
+                    if not result.ok or not all(g["ok"] for g in result.data["gpus"]):
+                        raise RuntimeError(f"{host.name}: {result.error or result.data}")
             facts = _facts(targets)
-            if label is not None:
-                spec = load_spec(layouts)
-                for host in hosts:
-                    plan = plan_host(spec, label, host.name, host.groups, facts[host.name])
-                    if plan.errors:
-                        raise RuntimeError(f"{host.name}: {plan.errors}")
-                    if plan.changed:
-                        request = {"verb": "partition", "args": plan.agent_args(False)}
-                        result = run_agent([targets[host.name]], request)[0]
-                        if not result.ok or not all(g["ok"] for g in result.data["gpus"]):
-                            raise RuntimeError(f"{host.name}: {result.error or result.data}")
-                facts = _facts(targets)
-            return [s for name, data in facts.items() for s in slices_from_facts(name, data)]
-        finally:
-            if old is None:
-                os.environ.pop("GPUPOOL_SIM_DIR", None)
-            else:
-                os.environ["GPUPOOL_SIM_DIR"] = old
+        return [s for name, data in facts.items() for s in slices_from_facts(name, data)]
+    finally:
+        if old is None:
+            os.environ.pop("GPUPOOL_SIM_DIR", None)
+        else:
+            os.environ["GPUPOOL_SIM_DIR"] = old
+
+
+def sim_specs(folder: Path) -> dict[str, dict[str, Any]]:
+    """host -> the sim spec an agent request carries for it (its template, its state in
+    `folder`), for the bundled pool's hosts."""
+    hosts = load_inventory(INVENTORY).hosts.values()
+    return {h.name: {"template": str(h.vars["sim"]), "state_dir": str(folder)} for h in hosts}
 
 
 def _facts(targets: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from gpupoolctl.policy import PoolPolicy
     from gpupoolctl.sched import QueueEntry
     from gpupoolctl.sched.elastic import InHosts, Upcoming
-    from gpupoolctl.sched.snapshot import Snapshot
+    from gpupoolctl.sched.snapshot import EntriesMemo, Snapshot
 
 # Agent errors that prove a launch did not happen (anything else: ask the node).
 # NoSuchDevice: the node has no device the job was given (its cards changed behind the
@@ -101,6 +101,8 @@ class JobsCore:
         self._unrecorded: list[dict[str, Any]] = []  # slices read for a dry run only
         # This loop's re-cuts whose partition request got no answer (jobs.repartition).
         self.unanswered = Unanswered()
+        # The queue's entries as the last snapshot made them (sched.snapshot.queued).
+        self._entries: EntriesMemo = {}
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -126,7 +128,15 @@ class JobsCore:
         from gpupoolctl.sched.snapshot import snapshot
 
         hosts = None if everywhere else self.hosts
-        return snapshot(state, self.policy, now, hosts=hosts, in_hosts=self.in_hosts, queue=queue)
+        return snapshot(
+            state,
+            self.policy,
+            now,
+            hosts=hosts,
+            in_hosts=self.in_hosts,
+            queue=queue,
+            entries_memo=self._entries,
+        )
 
     def pool(self, state: State, now: str) -> PoolView:
         """A working view of this pass's pool (the snapshot's), to place on."""

@@ -226,3 +226,69 @@ def test_production_and_a_benchmark_decide_the_same_on_the_same_state(
             ours = run_pass(production, preempt=preempt, foresee=True)
             theirs = run_pass(bench, preempt=preempt, foresee=True)
             assert _decisions(ours) == _decisions(theirs)
+
+
+# Steps on a queue: ("enqueue", policy) a new entry, ("dequeue", n) the n-th queued entry,
+# ("finish", n) its job leaves the queued state (the entry goes stale), ("policy", n, p) its
+# job's placement policy changes.
+steps_st = st.lists(
+    st.one_of(
+        st.tuples(st.just("enqueue"), st.sampled_from(["best-fit", "spread"])),
+        st.tuples(st.just("dequeue"), st.integers(0, 5)),
+        st.tuples(st.just("finish"), st.integers(0, 5)),
+        st.tuples(st.just("policy"), st.integers(0, 5), st.sampled_from(["best-fit", "pack"])),
+    ),
+    max_size=30,
+)
+
+
+@SETTINGS
+@given(steps=steps_st)
+def test_a_loops_memo_of_entries_gives_what_a_fresh_read_gives(steps: list[tuple]) -> None:
+    """sched.snapshot.queued with a long-running caller's memo returns, after every change
+    to the queue and its jobs, exactly the entries and stale ids a fresh build returns; it
+    reuses an entry only while the state holds the same record and policy, and forgets what
+    left the queue."""
+    from gpupoolctl.sched.snapshot import queued
+
+    class Queue:  # the two fields of the ledger's state that queued() reads
+        def __init__(self) -> None:
+            self.queue: dict[str, dict[str, Any]] = {}
+            self.jobs: dict[str, dict[str, Any]] = {}
+
+    state, memo, seq = Queue(), {}, 0
+    for step in steps:
+        ids = list(state.queue)
+        if step[0] == "enqueue":
+            seq += 1
+            state.jobs[f"j{seq}"] = {"state": "queued", "policy": step[1]}
+            state.queue[f"q{seq}"] = {
+                "id": f"q{seq}",
+                "owner": "ann",
+                "priority": 50,
+                "request": {"memory_mib": seq * GIB},
+                "job": f"j{seq}",
+                "seq": seq,
+                "ts": format_ts(NOON + timedelta(seconds=seq)),
+            }
+        elif ids and step[0] == "dequeue":
+            del state.queue[ids[step[1] % len(ids)]]
+        elif ids and step[0] == "finish":
+            job = state.queue[ids[step[1] % len(ids)]]["job"]
+            state.jobs[job] = {
+                **state.jobs[job],
+                "state": "running",
+            }  # replaced, as the ledger does
+        elif ids and step[0] == "policy":
+            job = state.queue[ids[step[1] % len(ids)]]["job"]
+            state.jobs[job] = {**state.jobs[job], "policy": step[2]}
+        before = dict(memo)
+        remembered, stale = queued(state, memo)
+        fresh, fresh_stale = queued(state)
+        assert remembered == fresh and stale == fresh_stale
+        assert set(memo) == {e.id for e in fresh}  # nothing that left the queue is kept
+        for entry in remembered:  # the same object while record and policy are the same
+            kept = before.get(entry.id)
+            same = kept is not None and kept[0] is state.queue[entry.id]
+            same = same and kept[1] == (entry.policy or "best-fit")
+            assert (kept is not None and kept[2] is entry) == same

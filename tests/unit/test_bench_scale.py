@@ -90,7 +90,8 @@ def test_production_runs_each_job_of_the_day_for_its_duration_on_virtual_nodes(
     clock = day.Clock(day.T0)
     ledger = Ledger(tmp_path / "ledger.jsonl", durable=False, clock=clock.now)
     ledger.refresh_slices(hosts, slices)
-    traced = day.run_day(day.virtual_pool(ledger, hosts, clock), clock, trace, scale.request_of)
+    pool = day.virtual_pool(ledger, hosts, day.VirtualNodes(clock))
+    traced = day.run_day(pool, clock, trace, scale.request_of).traced
     assert clock.at < day.T0 + timedelta(hours=12), "the day never drained"
     ended = ledger.read().state.finished
     assert set(ended) == set(traced)
@@ -132,7 +133,8 @@ def test_one_trace_gets_the_same_decisions_from_production_and_from_the_replay(
     clock = day.Clock(day.T0)
     ledger = Ledger(tmp_path / "ledger.jsonl", durable=False, clock=clock.now)
     ledger.refresh_slices([host], slices)
-    traced = day.run_day(day.virtual_pool(ledger, [host], clock), clock, trace, scale.request_of)
+    pool = day.virtual_pool(ledger, [host], day.VirtualNodes(clock))
+    traced = day.run_day(pool, clock, trace, scale.request_of).traced
     state = ledger.read().state
     started, held, refused = {}, {}, set()
     for job_id, job in state.finished.items():
