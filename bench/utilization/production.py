@@ -96,11 +96,18 @@ class VirtualNodes:
         raise ValueError(f"virtual node {host}: no verb {verb!r}")
 
     def agent(self, host: str, request: dict[str, Any]) -> HostResult:
-        """The real agent's answer on the node's simulated cards, in this process."""
+        """The real agent's answer on the node's simulated cards, in this process (the fake
+        vendor modules it installs are taken out again after)."""
+        from gpupoolctl import sim
         from gpupoolctl.agent.main import handle
         from gpupoolctl.agent.protocol import PROTOCOL_VERSION
 
-        envelope = handle({**request, "v": PROTOCOL_VERSION, "host": host, "sim": self.sim[host]})
+        try:
+            envelope = handle(
+                {**request, "v": PROTOCOL_VERSION, "host": host, "sim": self.sim[host]}
+            )
+        finally:
+            sim.deactivate()
         if envelope["ok"]:
             return HostResult(host, "ok", data=envelope["data"])
         error = envelope["error"]

@@ -2,12 +2,14 @@
 
     python bench/utilization/run.py [--day reference|contended|both] [--seeds 2025,2026,2027]
                                     [--recut-cost 10] [--pass-interval 60] [--workers 2]
-                                    [--json FILE]
+                                    [--executor replay|production] [--json FILE]
 
 See README.md for the definitions. Every run replays a seeded trace (jobtrace.py) in
 virtual time through gpupoolctl.sched's schedule_pass / order_queue / place (replay.py) on
 the bundled simulated pool, with the layouts of playbooks/layouts.yaml really applied
-through the sim driver (simpool.py).
+through the sim driver (simpool.py). `--executor production` runs each day through
+production's own loop on virtual nodes instead (production.py; README: the same figures but
+the elastic column's, and why).
 
 The reference day (the first edition, same output):
   static  the `training` layout applied (every card whole); every job holds whole cards
