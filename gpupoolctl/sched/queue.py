@@ -104,6 +104,8 @@ class PassResult:
 
     def recut_for(self, entry: QueueEntry) -> Recut | None:
         """The re-cut this pass makes for the entry, if any."""
+        if not self.recuts:  # asked for every waiting entry, on queues of thousands
+            return None
         job = entry.job or entry.id
         return next((r for r in self.recuts if job in r.jobs), None)
 
@@ -203,6 +205,9 @@ class PassState:
     # its clearing plans will hold
     starving: dict[str, str] = field(default_factory=dict)  # GPU key -> the starving entry
     # an aging reservation kept it for
+    # Request shapes whose free slices an aging reservation took: a later entry of the
+    # shape finds none left (the pass only fills the pool), so it is not looked for again.
+    exhausted: set[tuple[Any, ...]] = field(default_factory=set)
     # Preemption: the holds that may be victims (made on first need), and the requests
     # (shape key, priority) for which none would do. The pass only fills the pool and its
     # own holds are never victims, so a request refused once is refused again.
@@ -442,10 +447,13 @@ def _reserve_for_starving(state: PassState, entry: QueueEntry) -> None:
     """The aging reservation of an entry aged to the cap: every free slice that could serve
     it is taken out of the pool for the rest of the pass (`reserved`; its cards in
     `starving`), and the entry is named in `result.reserved_for`."""
-    for slot in list(state.pool.free_candidates(entry.request)):
-        state.pool.take(slot.id)
-        state.reserved.append(slot.id)
-        state.starving.setdefault(slot.gpu, entry.id)
+    shape = entry.request.shape_key()  # all that free_candidates looks at
+    if shape not in state.exhausted:
+        state.exhausted.add(shape)
+        for slot in list(state.pool.free_candidates(entry.request)):
+            state.pool.take(slot.id)
+            state.reserved.append(slot.id)
+            state.starving.setdefault(slot.gpu, entry.id)
     state.result.reserved_for.append(entry.id)
 
 
