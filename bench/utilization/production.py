@@ -171,7 +171,6 @@ class Day:
 
     run: Run
     traced: dict[str, Job] = field(default_factory=dict)
-    tick_s: list[float] = field(default_factory=list)  # wall seconds of each tick
 
 
 def run_day(
@@ -222,11 +221,10 @@ def run_day(
         clock.at = at
         outcome = refresh(jobs)
         run.passes += 1
-        _count(jobs, outcome.events, names, seconds, run)
+        state = jobs.ledger.read().state
+        _count(state, outcome.events, names, seconds, run)
         if tick is not None:
             tick(seconds, time.perf_counter() - began)
-        day.tick_s.append(time.perf_counter() - began)
-        state = jobs.ledger.read().state
         if next_job == len(pending) and not state.jobs:
             break
         nxt = _next_tick(seconds, pass_interval, pending, next_job, nodes)
@@ -261,11 +259,10 @@ def _next_tick(
 
 
 def _count(
-    jobs: Jobs, events: Sequence[Any], names: Mapping[str, str], now: float, run: Run
+    state: Any, events: Sequence[Any], names: Mapping[str, str], now: float, run: Run
 ) -> None:
-    """The tick's starts (memory held, from the slices its placement holds), refusals and
-    re-cuts, into `run`."""
-    state = jobs.ledger.read().state
+    """The tick's starts (memory held, from the slices its placement holds, in the ledger's
+    `state` after the tick), refusals and re-cuts, into `run`."""
     for event in events:
         if isinstance(event, Launched) and event.kind == "started":
             job = state.jobs[event.job]

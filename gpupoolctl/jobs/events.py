@@ -201,23 +201,8 @@ class WouldRecut(Event):
     kind: str = field(default="would-re-cut", kw_only=True)
 
 
-KINDS: frozenset[str] = frozenset(
-    kind
-    for family in (
-        Waiting,
-        Refused,
-        Launched,
-        Preempted,
-        Reshaped,
-        NodeLost,
-        NodeReturned,
-        StaleRunKilled,
-        WouldStart,
-        WouldPreempt,
-        WouldRecut,
-    )
-    for kind in family.KINDS
-)
+# Every kind of every family: each family is a direct subclass of Event.
+KINDS: frozenset[str] = frozenset(k for family in Event.__subclasses__() for k in family.KINDS)
 
 
 def reasons_for(events: Iterable[Event], job: str) -> list[Waiting | Refused | Launched]:
